@@ -1,0 +1,5 @@
+"""The zoo. Importing this package registers every model with :mod:`pyro_bdl.registry`."""
+
+from . import blr, coin  # noqa: F401
+
+__all__ = ["blr", "coin"]

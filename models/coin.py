@@ -1,0 +1,100 @@
+r"""The Beta-Bernoulli coin.
+
+.. math::
+
+    \pi \sim \mathrm{Beta}(\alpha, \beta), \qquad y_i \mid \pi \sim \mathrm{Bernoulli}(\pi).
+
+Conjugacy gives the posterior :math:`\pi \mid y \sim \mathrm{Beta}(\alpha + k, \beta + n - k)` with
+:math:`k = \sum_i y_i`, and the posterior predictive of the next toss
+
+.. math::
+
+    p(y_{n+1} = 1 \mid y) = \frac{\alpha + k}{\alpha + \beta + n},
+
+which for the uniform prior is Laplace's rule of succession :math:`(k + 1) / (n + 2)`.
+The MLE is the sample mean :math:`k / n` and the MAP the mode
+:math:`(\alpha + k - 1) / (\alpha + \beta + n - 2)`.
+
+Example
+-------
+>>> import torch
+>>> y = torch.tensor([1.0, 1.0, 1.0])
+>>> next_toss_probability(y, alpha=1.0, beta=1.0)
+0.8
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+from pyro_bdl.data import check_binary
+from pyro_bdl.registry import ModelSpec, Option, register
+
+__all__ = ["coin", "exact_posterior", "posterior_beta", "next_toss_probability"]
+
+
+def coin(X: torch.Tensor, y: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0):
+    """Beta-Bernoulli coin. ``X``: (n, 0), used only for the number of tosses n; ``y``: (n,) of 0/1."""
+    # pi ~ Beta(alpha, beta)
+    pi = pyro.sample("pi", dist.Beta(X.new_tensor(alpha), X.new_tensor(beta)))
+    # y_i ~ Bernoulli(pi)
+    with pyro.plate("tosses", X.shape[0]):
+        return pyro.sample("y", dist.Bernoulli(pi), obs=y)
+
+
+def posterior_beta(y: torch.Tensor, alpha: float = 1.0, beta: float = 1.0) -> dist.Beta:
+    """The exact posterior Beta(alpha + k, beta + n - k)."""
+    k, n = float(y.sum()), float(y.numel())
+    return dist.Beta(torch.tensor(alpha + k, dtype=torch.float64), torch.tensor(beta + n - k, dtype=torch.float64))
+
+
+def exact_posterior(X, y, alpha: float = 1.0, beta: float = 1.0) -> dict:
+    """``{"pi": (mean, sd)}`` of the exact posterior."""
+    post = posterior_beta(y, alpha, beta)
+    return {"pi": (post.mean, post.variance.sqrt())}
+
+
+def next_toss_probability(y: torch.Tensor, alpha: float = 1.0, beta: float = 1.0) -> float:
+    """Exact p(y_{n+1} = 1 | y) = (alpha + k) / (alpha + beta + n)."""
+    return (alpha + float(y.sum())) / (alpha + beta + float(y.numel()))
+
+
+def _report(result) -> dict:
+    """The next-toss predictive from the fit, next to the exact one."""
+    y = result.data["y"]
+    opts = result.info.get("options", {})
+    pi = result.samples["pi"].reshape(-1)
+    return {
+        "p_next_heads": float(pi.mean()),
+        "p_next_heads_exact": next_toss_probability(y, opts.get("alpha", 1.0), opts.get("beta", 1.0)),
+        "heads": int(y.sum()),
+        "tosses": int(y.numel()),
+    }
+
+
+SPEC = register(
+    ModelSpec(
+        name="coin",
+        model=coin,
+        summary="Beta-Bernoulli coin pi ~ Beta(alpha, beta) (exact posterior)",
+        math=(
+            "Beta-Bernoulli coin: pi ~ Beta(alpha, beta) and each toss y_i ~ Bernoulli(pi). The posterior is "
+            "Beta(alpha + k, beta + n - k) for k heads in n tosses, and the probability that the next toss is "
+            "heads is (alpha + k)/(alpha + beta + n), Laplace's rule of succession (k+1)/(n+2) for the uniform "
+            "prior. The MLE is k/n and the MAP (alpha + k - 1)/(alpha + beta + n - 2)."
+        ),
+        options={
+            "alpha": Option(1.0, "prior pseudo-count of heads"),
+            "beta": Option(1.0, "prior pseudo-count of tails"),
+        },
+        sites=("pi",),
+        methods=("svi", "svi-meanfield", "bbvi", "nuts", "hmc", "metropolis", "importance", "map", "mle"),
+        default_data="coin",
+        uses_features=False,
+        check_data=check_binary,
+        exact_posterior=exact_posterior,
+        report=_report,
+    )
+)

@@ -1,0 +1,38 @@
+"""pyro-bdl: a Bayesian deep learning model zoo on Pyro.
+
+>>> import pyro_bdl
+>>> result = pyro_bdl.fit("coin", "coin", inference="map", steps=300, progress=False)
+>>> result.method
+'map'
+"""
+
+import warnings
+
+# ArviZ 0.2x announces its 1.x refactor on import; we pin arviz<1, so the notice is noise.
+warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
+
+from .arviz_io import to_inference_data
+from .data import DataError, Dataset, load, load_csv
+from .diagnostics import ConvergenceWarning, compare_loo, compare_methods
+from .fit import fit
+from .inference import METHODS
+from .registry import get_model, list_models
+from .result import FitResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "fit",
+    "FitResult",
+    "to_inference_data",
+    "get_model",
+    "list_models",
+    "METHODS",
+    "Dataset",
+    "DataError",
+    "load",
+    "load_csv",
+    "compare_methods",
+    "compare_loo",
+    "ConvergenceWarning",
+]

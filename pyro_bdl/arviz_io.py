@@ -1,0 +1,70 @@
+"""The one place that turns any fit into ArviZ InferenceData.
+
+Groups: ``posterior`` (chains, draws), ``posterior_predictive`` (one y per draw, training
+inputs), ``log_likelihood`` (pointwise, for LOO/WAIC), ``observed_data``, ``constant_data``
+(the other model arguments, e.g. X), and ``sample_stats``: MCMC statistics (``diverging``,
+``step_size``, ``n_steps``, ``tree_depth``, ``lp``), importance ``log_weight``, or the SVI loss
+trace as ``loss`` over a ``step`` dimension.  ``posterior.attrs`` record the model, method,
+seed, options and whether the posterior is a point estimate.
+"""
+
+from __future__ import annotations
+
+import json
+
+import arviz as az
+import numpy as np
+import xarray as xr
+
+__all__ = ["to_inference_data", "samples_from_inference_data"]
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def to_inference_data(result) -> az.InferenceData:
+    """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`."""
+    pred = result.training_predictive
+    posterior = {k: v.detach().double().numpy() for k, v in result.samples.items()}
+    constant = {
+        k: v.numpy()
+        for k, v in result.data.items()
+        if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0 and k != "y"
+    }
+    info = result.info
+    attrs = {
+        "inference": result.method,
+        "model": info.get("model", getattr(result.model, "__name__", "model")),
+        "point_estimate": int(result.point_estimate),
+        "seed": info.get("seed", -1),
+        "options": json.dumps({k: _jsonable(v) for k, v in info.get("options", {}).items()}),
+        "feature_names": json.dumps(info.get("feature_names", [])),
+        "target": info.get("target") or "",
+        "likelihood_sites": json.dumps(list(result.likelihood_sites)),
+        "inference_library": "pyro_bdl",
+    }
+    idata = az.from_dict(
+        posterior=posterior,
+        posterior_predictive={s: v[:, :, 0] for s, v in pred.draws.items()},
+        log_likelihood=pred.log_likelihood or None,
+        observed_data=pred.observed or None,
+        constant_data=constant or None,
+        sample_stats=dict(result.sample_stats) or None,
+        attrs=attrs,
+    )
+    if result.losses is not None:
+        loss = xr.Dataset({"loss": ("step", np.asarray(result.losses, dtype=float))}, attrs=attrs)
+        idata.add_groups(sample_stats=loss)
+    return idata
+
+
+def samples_from_inference_data(idata: az.InferenceData) -> dict:
+    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32)."""
+    import torch
+
+    return {name: torch.tensor(idata.posterior[name].values, dtype=torch.float32) for name in idata.posterior.data_vars}

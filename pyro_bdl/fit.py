@@ -1,0 +1,146 @@
+"""The one fit entry point, for zoo models and for any Pyro model."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Callable
+
+import pyro
+import torch
+
+from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
+from .diagnostics import importance_report, mcmc_report, svi_report
+from .inference import get_method, latent_sites, observed_sites
+from .registry import ModelSpec, get_model
+from .result import FitResult
+
+__all__ = ["fit"]
+
+
+def _resolve_model(model, data, target, options):
+    """(spec or None, bound model, model kwargs, dataset or None)."""
+    if isinstance(model, (str, ModelSpec)):
+        spec = get_model(model) if isinstance(model, str) else model
+        if data is None:
+            data = spec.default_data
+        dataset = load(data, target) if isinstance(data, str) else data
+        if isinstance(dataset, Dataset):
+            if dataset.y is None:
+                raise DataError(f"{dataset.name}: no target column to fit on")
+            if spec.check_data is not None:
+                spec.check_data(dataset)
+        kwargs = as_model_kwargs(dataset, spec.uses_features)
+        return spec, spec.bind(options), kwargs, dataset if isinstance(dataset, Dataset) else None
+    if not callable(model):
+        raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
+    if options:
+        raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
+    if data is None:
+        data = {}
+    kwargs = as_model_kwargs(data)
+    return None, model, kwargs, data if isinstance(data, Dataset) else None
+
+
+def fit(
+    model: str | Callable,
+    data=None,
+    inference: str = "nuts",
+    guide=None,
+    *,
+    target: str | None = None,
+    options: dict | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    **settings,
+) -> FitResult:
+    """Fit a model with one inference method.
+
+    Parameters
+    ----------
+    model : a zoo model name (``pyro-bdl list``) or any Pyro model callable.
+    data : for a zoo model, an embedded data set name, a CSV path (with ``target``) or a
+        :class:`~pyro_bdl.data.Dataset` (default: the model's embedded data set); for your own
+        model, a dict of the keyword arguments it is called with (observed values included).
+    inference : ``svi``, ``svi-meanfield``, ``bbvi``, ``nuts``, ``hmc``, ``metropolis``,
+        ``importance``, ``map`` or ``mle``.
+    guide : for SVI methods: ``"normal"``, ``"mvn"``, ``"meanfield"``, an AutoGuide class, or a
+        guide callable; default is the method's own choice.
+    target : the target column when ``data`` is a CSV path.
+    options : zoo model options, e.g. ``{"prior_scale": 2.0}``.
+    seed : random seed (torch, numpy, random).
+    progress : show a progress bar.
+    **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
+        ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`).
+
+    Returns
+    -------
+    FitResult with ``.to_inference_data()``, ``.predict(new_data)`` and ``.summary()``.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist, pyro_bdl
+    >>> def model(y=None):
+    ...     mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    ...     with pyro.plate("data", 20):
+    ...         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+    >>> y = torch.randn(20) + 3.0
+    >>> result = pyro_bdl.fit(model, {"y": y}, inference="map", steps=500, progress=False)
+    >>> abs(float(result.posterior_mean("mu")) - float(y.mean())) < 0.05
+    True
+    """
+    method = get_method(inference)
+    resolved = method.resolve_settings(settings)
+    if guide is not None and not method.takes_guide:
+        raise ValueError(f"inference '{inference}' takes no guide")
+    spec, bound, kwargs, dataset = _resolve_model(model, data, target, options)
+    if spec is not None and inference not in spec.methods:
+        raise ValueError(f"model '{spec.name}' does not support inference '{inference}'; it supports: {', '.join(spec.methods)}")
+    nan_check_kwargs(kwargs)
+
+    pyro.set_rng_seed(seed)
+    pyro.clear_param_store()
+    obs = observed_sites(bound, kwargs)
+    if not obs:
+        raise ValueError("the model has no observed sample site: pass the observations in data")
+    if not latent_sites(bound, kwargs):
+        raise ValueError("the model has no latent sample site to infer")
+
+    start = time.perf_counter()
+    extra = {"guide": guide} if method.takes_guide else {}
+    draws = method.run(bound, kwargs, progress=progress, **extra, **resolved)
+    seconds = time.perf_counter() - start
+
+    info = {
+        "model": spec.name if spec is not None else getattr(model, "__name__", "model"),
+        "method": inference,
+        "seed": seed,
+        "settings": resolved,
+        "options": spec.resolve_options(options) if spec is not None else {},
+        "wall_seconds": seconds,
+        **draws.info,
+    }
+    if dataset is not None:
+        info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.uses_features else [],
+                    target=dataset.target_name, rows=len(dataset))
+    result = FitResult(
+        model=bound, data=kwargs, method=inference, samples=draws.samples, likelihood_sites=obs,
+        sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
+    )
+    _diagnose(result, method.family)
+    if spec is not None and spec.report is not None:
+        info.update(spec.report(result))
+    return result
+
+
+def _diagnose(result: FitResult, family: str) -> None:
+    """Check the fit and record the diagnostics in ``result.info`` (warnings name what is wrong)."""
+    if result.losses is not None:
+        result.info.update(svi_report(result.losses))
+    if family == "mcmc":
+        result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
+    if family == "importance":
+        result.info.update(importance_report(result.info["importance_ess"], result.info["importance_draws"]))
+    for name, value in result.samples.items():
+        if not torch.isfinite(value).all():
+            warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)

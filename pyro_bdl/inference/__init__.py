@@ -1,0 +1,91 @@
+"""Inference methods: one table, :data:`METHODS`, maps a method name to its runner and settings.
+
+Every runner has the signature ``run(model, data, *, guide, progress, **settings) -> Draws``.
+:func:`pyro_bdl.fit` looks the method up here, checks the settings, and turns the
+:class:`~pyro_bdl.inference.base.Draws` into a :class:`~pyro_bdl.result.FitResult`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .base import Draws, latent_sites, observed_sites
+
+__all__ = ["Method", "METHODS", "get_method", "Draws", "latent_sites", "observed_sites"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """An inference method: name, family, one-line summary, runner and default settings."""
+
+    name: str
+    family: str  # "svi", "point", "mcmc" or "importance"
+    summary: str
+    run: Callable[..., Draws]
+    defaults: Mapping[str, Any]
+    takes_guide: bool = False
+
+    def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
+        """Defaults filled in; unknown settings rejected with the list of known ones."""
+        unknown = sorted(k for k, v in settings.items() if k not in self.defaults and v is not None)
+        if unknown:
+            raise ValueError(
+                f"unknown setting {', '.join(map(repr, unknown))} for inference '{self.name}'; "
+                f"its settings are: {', '.join(self.defaults)}"
+            )
+        resolved = dict(self.defaults)
+        resolved.update({k: v for k, v in settings.items() if v is not None})
+        return resolved
+
+
+def _svi_methods():
+    from . import svi
+
+    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000}
+    return [
+        Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
+               svi.run_svi, common, takes_guide=True),
+        Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
+               svi.run_svi_meanfield, common, takes_guide=True),
+        Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
+               svi.run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000}, takes_guide=True),
+        Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
+               svi.run_map, {"steps": 2000, "lr": 0.02}),
+        Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
+               svi.run_mle, {"steps": 2000, "lr": 0.02}),
+    ]
+
+
+def _mcmc_methods():
+    from .mcmc import run_mcmc
+
+    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False}
+    return [
+        Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
+               functools.partial(run_mcmc, "nuts"), {**hmc_defaults, "max_tree_depth": 10}),
+        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length 1, adapted step size and mass matrix",
+               functools.partial(run_mcmc, "hmc"), hmc_defaults),
+        Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
+               functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2}),
+    ]
+
+
+def _importance_methods():
+    from .importance import run_importance
+
+    return [
+        Method("importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
+               run_importance, {"samples": 4000, "proposal": "laplace", "steps": 1000, "lr": 0.02}),
+    ]
+
+
+METHODS: dict[str, Method] = {m.name: m for m in _svi_methods() + _mcmc_methods() + _importance_methods()}
+
+
+def get_method(name: str) -> Method:
+    """The :class:`Method` called ``name``; a clear error for unknown names."""
+    if name not in METHODS:
+        raise ValueError(f"unknown inference method '{name}'; known methods: {', '.join(METHODS)}")
+    return METHODS[name]

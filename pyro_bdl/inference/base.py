@@ -1,0 +1,57 @@
+"""What every inference runner returns, and the site bookkeeping they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+
+__all__ = ["Draws", "latent_sites", "observed_sites"]
+
+
+@dataclass
+class Draws:
+    """The raw output of an inference runner.
+
+    Attributes
+    ----------
+    samples : site name -> tensor of shape (chains, draws, *site_shape), constrained space.
+    sample_stats : per-draw statistics (MCMC: diverging, step_size, n_steps, tree_depth, lp;
+        importance: log_weight), each an array of shape (chains, draws).
+    losses : SVI loss trace, shape (steps,), or None.
+    guide : the fitted guide, for SVI-type methods.
+    info : scalars for metrics.json (e.g. acceptance rate, ESS of importance weights).
+    """
+
+    samples: dict[str, torch.Tensor]
+    sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    losses: np.ndarray | None = None
+    guide: Any = None
+    info: dict = field(default_factory=dict)
+
+
+def _trace(model, data: dict):
+    with torch.no_grad():
+        return poutine.trace(poutine.block(model, hide_types=["param"])).get_trace(**data)
+
+
+def latent_sites(model, data: dict) -> list[str]:
+    """Names of the model's latent (unobserved, non-auxiliary) sample sites."""
+    return [
+        name
+        for name, site in _trace(model, data).nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and not site_is_subsample(site)
+        and not site["infer"].get("is_auxiliary")
+    ]
+
+
+def observed_sites(model, data: dict) -> list[str]:
+    """Names of the model's observed sample sites (the likelihood terms)."""
+    return [name for name, site in _trace(model, data).nodes.items() if site["type"] == "sample" and site["is_observed"]]

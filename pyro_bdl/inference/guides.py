@@ -1,0 +1,148 @@
+"""Guides (variational families) and the prior-dropping handler used for MLE.
+
+``make_guide(choice, model)`` is the one place that turns a user's guide choice into a guide:
+
+=============  =====================================================================
+``"normal"``   :class:`pyro.infer.autoguide.AutoNormal` (mean-field, reparameterised)
+``"mvn"``      :class:`pyro.infer.autoguide.AutoMultivariateNormal` (full rank)
+``"meanfield"`` :class:`MeanFieldGuide`: Normal per site, sigma = softplus(rho); the guide
+               distribution of a real-valued site is a plain Normal, so
+               :class:`~pyro.infer.TraceMeanField_ELBO` gets its KL in closed form
+``"delta"``    :class:`pyro.infer.autoguide.AutoDelta` (point estimate)
+callable       used as it is (a user-written guide or an autoguide instance)
+AutoGuide class instantiated with the model
+=============  =====================================================================
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.distributions import biject_to, transforms
+
+import pyro
+import pyro.distributions as dist
+from pyro import poutine
+from pyro.infer import autoguide
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.util import site_is_subsample
+
+__all__ = ["MeanFieldGuide", "make_guide", "drop_priors", "GUIDES"]
+
+
+def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.log(-torch.expm1(-x))
+
+
+def _is_identity(t) -> bool:
+    while isinstance(t, transforms.IndependentTransform):
+        t = t.base_transform
+    return t == transforms.identity_transform or (isinstance(t, transforms.ComposeTransform) and not t.parts)
+
+
+class MeanFieldGuide:
+    r"""Mean-field Gaussian guide :math:`q(\theta) = \prod_j \mathcal N(u_j; \mu_j, \mathrm{softplus}(\rho_j)^2)`.
+
+    Each latent site is approximated in its unconstrained space ``u = T^{-1}(theta)``; for
+    real-valued sites ``T`` is the identity and the guide distribution is a plain ``Normal``, so
+    ``TraceMeanField_ELBO`` computes ``KL(q || p)`` analytically against a Normal prior.
+
+    Parameters
+    ----------
+    model : the Pyro model.
+    init_scale : initial sd of every factor (small: start near a point estimate).
+    reparameterized : False gives the score-function (BBVI) guide: samples are not
+        differentiated through, and each site gets a decaying-average baseline.
+    prefix : name prefix of the guide's parameters in the param store.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    ...     pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+    >>> guide = MeanFieldGuide(model)
+    >>> sorted(guide(torch.tensor(0.5)))
+    ['mu']
+    """
+
+    def __init__(self, model, init_scale: float = 0.1, reparameterized: bool = True, prefix: str = "mf"):
+        self.model = model
+        self.init_scale = init_scale
+        self.reparameterized = reparameterized
+        self.prefix = prefix
+        self._sites = None
+
+    def _setup(self, *args, **kwargs) -> None:
+        init_model = autoguide.initialization.InitMessenger(autoguide.init_to_median(num_samples=15))(self.model)
+        with poutine.block(), torch.no_grad():
+            trace = poutine.trace(init_model).get_trace(*args, **kwargs)
+        self._sites = {}
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                continue
+            transform = biject_to(site["fn"].support)
+            value = transform.inv(site["value"]).detach()
+            event_dim = transform.domain.event_dim
+            self._sites[name] = (transform, event_dim, value)
+
+    def __call__(self, *args, **kwargs) -> dict:
+        if self._sites is None:
+            self._setup(*args, **kwargs)
+        draws = {}
+        for name, (transform, event_dim, init) in self._sites.items():
+            loc = pyro.param(f"{self.prefix}.{name}.loc", init.clone())
+            rho = pyro.param(f"{self.prefix}.{name}.rho", _inverse_softplus(torch.full_like(init, self.init_scale)))
+            base = dist.Normal(loc, F.softplus(rho))
+            infer = {}
+            if not self.reparameterized:  # score-function gradients: never differentiate through the draw
+                base = base.has_rsample_(False)
+                infer = {"baseline": {"use_decaying_avg_baseline": True, "baseline_beta": 0.95}}
+            fn = base.to_event(event_dim)
+            if not _is_identity(transform):
+                fn = dist.TransformedDistribution(fn, transform)
+            draws[name] = pyro.sample(name, fn, infer=infer)
+        return draws
+
+    def median(self, *args, **kwargs) -> dict:
+        """The guide's median of each site, in the constrained space."""
+        if self._sites is None:
+            self._setup(*args, **kwargs)
+        return {
+            name: transform(pyro.param(f"{self.prefix}.{name}.loc")).detach()
+            for name, (transform, _, _) in self._sites.items()
+        }
+
+
+GUIDES = {
+    "normal": lambda model: autoguide.AutoNormal(model),
+    "mvn": lambda model: autoguide.AutoMultivariateNormal(model),
+    "meanfield": lambda model: MeanFieldGuide(model),
+    "delta": lambda model: autoguide.AutoDelta(model),
+}
+
+
+def make_guide(choice, model):
+    """Turn a guide choice (a name of :data:`GUIDES`, an AutoGuide class, or a callable) into a guide."""
+    if isinstance(choice, str):
+        if choice not in GUIDES:
+            raise ValueError(f"unknown guide '{choice}'; choose one of: {', '.join(GUIDES)}, or pass a callable")
+        return GUIDES[choice](model)
+    if isinstance(choice, type) and issubclass(choice, autoguide.AutoGuide):
+        return choice(model)
+    if callable(choice):
+        return choice
+    raise TypeError(f"guide must be a name, an AutoGuide class or a callable, not {type(choice).__name__}")
+
+
+class _DropPriors(Messenger):
+    """Mask the log density of every latent site, leaving only the likelihood."""
+
+    def _process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"]:
+            msg["mask"] = False
+
+
+def drop_priors(model):
+    """``model`` with its priors replaced by flat ones: the joint density is the likelihood (for MLE)."""
+    return _DropPriors()(model)

@@ -1,0 +1,118 @@
+"""Optimisation-based inference: SVI (reparameterised and score-function) and MAP / MLE.
+
+One loop, :func:`optimise`, serves every method here; they differ only in the guide and the
+ELBO estimator:
+
+=================  ==========================  ======================================
+method             guide                       loss
+=================  ==========================  ======================================
+``svi``            ``guide`` (default normal)  Trace_ELBO (reparameterised)
+``svi-meanfield``  MeanFieldGuide              TraceMeanField_ELBO (analytic KL)
+``bbvi``           MeanFieldGuide, no rsample  TraceGraph_ELBO (score function + baseline)
+``map``            AutoDelta                   Trace_ELBO = -log p(y, theta)
+``mle``            AutoDelta, priors dropped   Trace_ELBO = -log p(y | theta)
+=================  ==========================  ======================================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import pyro
+from pyro import poutine
+from pyro.infer import SVI, Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+from pyro.optim import ClippedAdam
+
+from ..diagnostics import ConvergenceWarning
+from .base import Draws, latent_sites
+from .guides import MeanFieldGuide, drop_priors, make_guide
+
+#: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
+#: final parameters settle instead of jittering at the optimiser's noise floor.
+FINAL_LR_FRACTION = 0.01
+
+
+def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str) -> np.ndarray:
+    """Run ``steps`` of SVI with ClippedAdam; return the loss trace (stops early on a NaN loss)."""
+    optim = ClippedAdam({"lr": lr, "lrd": FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), "clip_norm": 10.0})
+    svi = SVI(model, guide, optim, loss)
+    losses = []
+    with tqdm(total=steps, desc=desc, disable=not progress, mininterval=0.5) as bar:
+        for step in range(steps):
+            try:
+                value = svi.step(**data)
+            except ValueError as exc:
+                if "invalid values" not in str(exc):
+                    raise
+                value = float("nan")
+            losses.append(value)
+            if not math.isfinite(value):
+                warnings.warn(
+                    f"{desc}: the loss became {value} at step {step}; training stopped. "
+                    "Try a smaller learning rate (--lr).",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
+                break
+            if step % 50 == 0 or step == steps - 1:
+                bar.set_postfix(loss=f"{value:.4g}", refresh=False)
+            bar.update()
+    return np.asarray(losses, dtype=float)
+
+
+@torch.no_grad()
+def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
+    """``num`` draws of each latent site from the fitted guide, shape (1, num, *site_shape)."""
+    collected = {name: [] for name in names}
+    for _ in range(num):
+        trace = poutine.trace(guide).get_trace(**data)
+        for name in names:
+            collected[name].append(trace.nodes[name]["value"].detach())
+    return {name: torch.stack(values).unsqueeze(0) for name, values in collected.items()}
+
+
+def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False) -> Draws:
+    names = latent_sites(model, data)
+    losses = optimise(model, guide, loss, data, steps=steps, lr=lr, progress=progress, desc=desc)
+    if point:
+        with torch.no_grad():
+            median = guide.median(**data)
+        draws = {name: median[name].detach().reshape((1, 1) + median[name].shape) for name in names}
+    else:
+        draws = guide_draws(guide, data, names, samples)
+    return Draws(draws, losses=losses, guide=guide)
+
+
+def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+    guide = make_guide(guide or "normal", model)
+    loss = Trace_ELBO(num_particles=particles)
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi")
+
+
+def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+    guide = make_guide(guide or "meanfield", model)
+    loss = TraceMeanField_ELBO(num_particles=particles)
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield")
+
+
+def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+    guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False)
+    loss = TraceGraph_ELBO(num_particles=particles)
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi")
+
+
+def run_map(model, data, *, steps, lr, progress) -> Draws:
+    guide = make_guide("delta", model)
+    return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True)
+
+
+def run_mle(model, data, *, steps, lr, progress) -> Draws:
+    flat = drop_priors(model)
+    guide = make_guide("delta", flat)
+    draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True)
+    return draws

@@ -1,0 +1,127 @@
+"""The one result type every inference method returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data import as_model_kwargs
+from .predictive import PredictiveDraws, evaluate, summarise
+
+__all__ = ["FitResult"]
+
+
+@dataclass
+class FitResult:
+    """A fitted model: posterior draws, statistics, and the means to predict.
+
+    Attributes
+    ----------
+    model : the Pyro model with its options bound.
+    data : keyword arguments the model was fitted on (``{"X": ..., "y": ...}`` for zoo models).
+    method : name of the inference method.
+    samples : site -> tensor (chains, draws, *site_shape); point estimates are one draw.
+    sample_stats : per-draw statistics, arrays (chains, draws).
+    losses : SVI loss per step, or None.
+    likelihood_sites : names of the observed sites.
+    info : model name, options, seed, wall seconds, diagnostics; written to metrics.json.
+    guide : the fitted guide (SVI-type methods).
+    spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
+    """
+
+    model: Callable
+    data: dict
+    method: str
+    samples: dict
+    likelihood_sites: list
+    sample_stats: dict = field(default_factory=dict)
+    losses: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+    guide: Any = None
+    spec: Any = None
+
+    @property
+    def point_estimate(self) -> bool:
+        """True for MAP / MLE: ``samples`` hold a single draw, not a posterior sample."""
+        return self.method in ("map", "mle")
+
+    @property
+    def num_draws(self) -> int:
+        first = next(iter(self.samples.values()))
+        return int(first.shape[0] * first.shape[1])
+
+    def draws(self, site: str) -> torch.Tensor:
+        """All draws of ``site`` with chains merged: (chains * draws, *site_shape)."""
+        value = self.samples[site]
+        return value.reshape((-1,) + value.shape[2:])
+
+    def posterior_mean(self, site: str) -> torch.Tensor:
+        return self.draws(site).double().mean(0)
+
+    def posterior_sd(self, site: str) -> torch.Tensor:
+        draws = self.draws(site).double()
+        return draws.std(0) if draws.shape[0] > 1 else torch.full_like(draws[0], float("nan"))
+
+    @cached_property
+    def training_predictive(self) -> PredictiveDraws:
+        """Predictive and pointwise log-likelihood on the training data (cached)."""
+        return evaluate(self.model, self.samples, self.data, self.likelihood_sites)
+
+    def predictive(self, new_data=None) -> PredictiveDraws:
+        """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
+        if new_data is None:
+            return self.training_predictive
+        uses_features = self.spec.uses_features if self.spec is not None else True
+        kwargs = as_model_kwargs(new_data, uses_features)
+        if self.spec is not None:
+            kwargs["y"] = None
+            expected = self.data["X"].shape[1]
+            if kwargs["X"].shape[1] != expected:
+                raise ValueError(f"new data has {kwargs['X'].shape[1]} feature columns; the fit used {expected}")
+        return evaluate(self.model, self.samples, kwargs, self.likelihood_sites)
+
+    def predict(self, new_data=None, prob: float = 0.94) -> pd.DataFrame:
+        """Posterior predictive summary per row: mean, sd, aleatoric_sd, epistemic_sd, lower, upper.
+
+        ``lower``/``upper`` bound the central ``prob`` (default 94%) predictive interval.
+        With several likelihood sites, columns are prefixed by the site name.
+
+        Example
+        -------
+        >>> import pyro_bdl, torch
+        >>> fit = pyro_bdl.fit("blr", "linear", inference="map", steps=200, progress=False)
+        >>> list(fit.predict(torch.zeros(2, 3)).columns)
+        ['mean', 'sd', 'aleatoric_sd', 'epistemic_sd', 'lower', 'upper']
+        """
+        pred = self.predictive(new_data)
+        frames = [summarise(pred, site, prob) for site in self.likelihood_sites]
+        if len(frames) == 1:
+            return frames[0]
+        return pd.concat([f.add_prefix(f"{s}_") for s, f in zip(self.likelihood_sites, frames)], axis=1)
+
+    def to_inference_data(self):
+        """ArviZ InferenceData (see :func:`pyro_bdl.arviz_io.to_inference_data`); cached."""
+        if "_idata" not in self.__dict__:
+            from .arviz_io import to_inference_data
+
+            self.__dict__["_idata"] = to_inference_data(self)
+        return self.__dict__["_idata"]
+
+    def summary(self, **kwargs) -> pd.DataFrame:
+        """``az.summary`` of the latent sites (for point estimates: the values only)."""
+        import arviz as az
+
+        idata = self.to_inference_data()
+        if self.point_estimate:
+            kwargs.setdefault("kind", "stats")
+            return az.summary(idata, stat_focus="mean", **kwargs)[["mean"]]
+        return az.summary(idata, **kwargs)
+
+    def __repr__(self) -> str:
+        name = self.info.get("model", getattr(self.model, "__name__", "model"))
+        return f"FitResult(model={name!r}, method={self.method!r}, sites={list(self.samples)}, draws={self.num_draws})"
