@@ -18,12 +18,14 @@ from .fit import fit
 from .inference import METHODS
 from .registry import get_model, list_models
 from .result import FitResult
+from .store import load_fit
 
 __version__ = "0.1.0"
 
 __all__ = [
     "fit",
     "FitResult",
+    "load_fit",
     "to_inference_data",
     "get_model",
     "list_models",

@@ -64,8 +64,9 @@ def fit(
         model, a dict of the keyword arguments it is called with (observed values included).
     inference : ``svi``, ``svi-meanfield``, ``bbvi``, ``nuts``, ``hmc``, ``metropolis``,
         ``importance``, ``map`` or ``mle``.
-    guide : for SVI methods: ``"normal"``, ``"mvn"``, ``"meanfield"``, an AutoGuide class, or a
-        guide callable; default is the method's own choice.
+    guide : for SVI methods: ``"normal"``, ``"mvn"``, ``"meanfield"``, a zoo model's own guide
+        (e.g. ``"beta"`` for the coin), an AutoGuide class, or a guide callable; default is the
+        model's or the method's own choice.
     target : the target column when ``data`` is a CSV path.
     options : zoo model options, e.g. ``{"prior_scale": 2.0}``.
     seed : random seed (torch, numpy, random).
@@ -90,12 +91,14 @@ def fit(
     True
     """
     method = get_method(inference)
-    resolved = method.resolve_settings(settings)
     if guide is not None and not method.takes_guide:
         raise ValueError(f"inference '{inference}' takes no guide")
     spec, bound, kwargs, dataset = _resolve_model(model, data, target, options)
     if spec is not None and inference not in spec.methods:
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}'; it supports: {', '.join(spec.methods)}")
+    given = {k: v for k, v in settings.items() if v is not None}
+    model_defaults = spec.method_defaults.get(inference, {}) if spec is not None and guide is None else {}
+    resolved = method.resolve_settings({**model_defaults, **given})
     nan_check_kwargs(kwargs)
 
     pyro.set_rng_seed(seed)
@@ -107,6 +110,8 @@ def fit(
         raise ValueError("the model has no latent sample site to infer")
 
     start = time.perf_counter()
+    if spec is not None and method.takes_guide:
+        guide = _model_guide(spec, inference, guide, bound)
     extra = {"guide": guide} if method.takes_guide else {}
     draws = method.run(bound, kwargs, progress=progress, **extra, **resolved)
     seconds = time.perf_counter() - start
@@ -131,6 +136,15 @@ def fit(
     if spec is not None and spec.report is not None:
         info.update(spec.report(result))
     return result
+
+
+def _model_guide(spec: ModelSpec, inference: str, guide, bound):
+    """A zoo model's own guide when named (or the model's default for this method), else ``guide``."""
+    if guide is None:
+        guide = spec.default_guides.get(inference)
+    if isinstance(guide, str) and guide in spec.guides:
+        return spec.guides[guide](bound)
+    return guide
 
 
 def _diagnose(result: FitResult, family: str) -> None:

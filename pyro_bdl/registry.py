@@ -49,6 +49,11 @@ class ModelSpec:
     check_data : raises :class:`pyro_bdl.data.DataError` for data the model cannot take.
     exact_posterior : for conjugate models, ``(X, y, **options) -> {site: (mean, sd)}``.
     report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
+    guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
+        ``fit(..., guide=NAME)`` next to the generic ones.
+    default_guides : inference method -> guide name, overriding the method's default.
+    method_defaults : inference method -> settings that override the method's defaults for
+        this model (user settings still win).
     """
 
     name: str
@@ -63,7 +68,9 @@ class ModelSpec:
     check_data: Callable | None = None
     exact_posterior: Callable | None = None
     report: Callable | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    guides: Mapping[str, Callable] = field(default_factory=dict)
+    default_guides: Mapping[str, str] = field(default_factory=dict)
+    method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""

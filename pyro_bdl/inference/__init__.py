@@ -65,7 +65,7 @@ def _mcmc_methods():
     return [
         Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                functools.partial(run_mcmc, "nuts"), {**hmc_defaults, "max_tree_depth": 10}),
-        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length 1, adapted step size and mass matrix",
+        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and diagonal mass matrix",
                functools.partial(run_mcmc, "hmc"), hmc_defaults),
         Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
                functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2}),

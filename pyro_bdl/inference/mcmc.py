@@ -47,6 +47,7 @@ class _StatsRecorder:
             if self.name == "nuts":
                 row["tree_depth"] = int(math.floor(math.log2(max(n_steps, 1)))) + 1
         self.rows.append(row)
+        self.mean_accept_prob = float(kernel._mean_accept_prob)
 
     def stats(self) -> dict:
         return {key: np.array([r[key] for r in self.rows]) for key in self.rows[0]}
@@ -58,7 +59,7 @@ def _kernel(name: str, model, *, target_accept, max_tree_depth, jit):
                     ignore_jit_warnings=True)
     if name == "hmc":
         return HMC(model, target_accept_prob=target_accept, jit_compile=jit, ignore_jit_warnings=True,
-                   trajectory_length=1.0)
+                   trajectory_length=math.pi / 2)
     if name == "metropolis":
         return RandomWalkKernel(model, target_accept_prob=0.234)
     raise ValueError(f"unknown MCMC kernel '{name}'")
@@ -76,7 +77,7 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
         mcmc.run(**data)
         per_chain.append({k: v.detach() for k, v in mcmc.get_samples().items()})
         stats.append(recorder.stats())
-        accept.append(float(kernel._mean_accept_prob))
+        accept.append(recorder.mean_accept_prob)
     samples_out = {k: torch.stack([c[k] for c in per_chain]) for k in per_chain[0]}
     stats_out = {k: np.stack([s[k] for s in stats]) for k in stats[0]}
     info = {"mean_accept_prob": float(np.mean(accept)), "divergences": int(stats_out["diverging"].sum())}

@@ -1,0 +1,158 @@
+"""Command line: ``pyro-bdl list | describe | fit | predict`` (a thin layer over the Python API).
+
+Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
+file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
+with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _cmd_list(args) -> None:
+    from .data import EMBEDDED
+    from .inference import METHODS
+    from .registry import list_models
+
+    print("Models (pyro-bdl describe MODEL for details):")
+    for spec in list_models():
+        print(f"  {spec.name:<10} {spec.summary}")
+        print(f"  {'':<10} methods: {', '.join(spec.methods)}; default data: {spec.default_data}")
+    print("\nInference methods:")
+    for m in METHODS.values():
+        print(f"  {m.name:<14} {m.summary}")
+    print("\nEmbedded data sets (use as --data NAME):")
+    for name, emb in EMBEDDED.items():
+        print(f"  {name:<10} {emb.doc} [target: {emb.target}]")
+
+
+def _cmd_describe(args) -> None:
+    from .inference import METHODS
+    from .registry import get_model
+
+    spec = get_model(args.model)
+    print(f"{spec.name}: {spec.summary}\n")
+    print(spec.math + "\n")
+    print("Options (--option KEY=VALUE):")
+    for key, opt in spec.options.items():
+        print(f"  {key} = {opt.default!r}: {opt.doc}")
+    print(f"\nSample sites: {', '.join(spec.sites)}")
+    if spec.guides:
+        print(f"Model guides (--guide NAME): {', '.join(spec.guides)}")
+    print(f"Default data: {spec.default_data}")
+    print("\nInference methods and their default settings:")
+    for name in spec.methods:
+        merged = {**METHODS[name].defaults, **spec.method_defaults.get(name, {})}
+        defaults = ", ".join(f"{k}={v}" for k, v in merged.items())
+        if name in spec.default_guides:
+            defaults += f", guide={spec.default_guides[name]}"
+        print(f"  {name:<14} {defaults}")
+
+
+def _parse_options(pairs) -> dict:
+    options = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ValueError(f"--option takes KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _cmd_fit(args) -> None:
+    from . import fit
+    from .data import load
+    from .registry import get_model
+    from .store import write_fit
+
+    spec = get_model(args.model)
+    options = _parse_options(args.option)
+    spec.resolve_options(options)  # unknown options fail before any work
+    dataset = load(args.data or spec.default_data, args.target)
+    settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fit(spec.name, dataset, inference=args.inference, guide=args.guide, options=options,
+                     seed=args.seed, progress=not args.no_progress, **settings)
+    for w in caught:
+        if issubclass(w.category, UserWarning) and "pyro_bdl" in str(w.filename) or "Convergence" in w.category.__name__:
+            print(f"warning: {w.message}", file=sys.stderr)
+    files = write_fit(result, args.out)
+    print(result.summary().to_string())
+    extra = {k: result.info[k] for k in ("final_elbo", "max_r_hat", "min_ess_bulk", "divergences",
+                                          "importance_ess", "p_next_heads", "p_next_heads_exact") if k in result.info}
+    if extra:
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
+    print(f"{spec.name} / {args.inference}: {result.info['wall_seconds']:.1f} s; wrote {', '.join(files)} to {args.out}")
+
+
+def _cmd_predict(args) -> None:
+    from .data import load_csv
+    from .store import atomic_write_text, load_fit
+
+    result = load_fit(args.fit_dir)
+    features = result.info["feature_names"]
+    dataset = load_csv(args.data, target=None, features=features)
+    table = result.predict(dataset, prob=args.prob)
+    atomic_write_text(args.out, table.to_csv(index=False))
+    print(f"wrote {len(table)} predictions ({', '.join(table.columns)}) to {args.out}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyro-bdl", description="A Bayesian deep learning model zoo on Pyro.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="models, inference methods and embedded data sets").set_defaults(run=_cmd_list)
+
+    p = sub.add_parser("describe", help="a model's math, options and sample sites")
+    p.add_argument("model")
+    p.set_defaults(run=_cmd_describe)
+
+    p = sub.add_parser("fit", help="fit a model and write posterior.nc, summary.csv, metrics.json and plots")
+    p.add_argument("model")
+    p.add_argument("--inference", "-i", default="nuts", help="inference method (default: nuts)")
+    p.add_argument("--data", help="CSV file or embedded data set name (default: the model's own)")
+    p.add_argument("--target", help="target column of a CSV file")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--guide", help="guide for SVI methods (normal, mvn, meanfield, or a model guide)")
+    p.add_argument("--steps", type=int, help="optimisation steps (SVI, MAP, MLE, importance proposal)")
+    p.add_argument("--samples", type=int, help="posterior draws per chain")
+    p.add_argument("--warmup", type=int, help="MCMC warm-up steps per chain")
+    p.add_argument("--chains", type=int, help="MCMC chains")
+    p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--particles", type=int, help="ELBO particles per step")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(run=_cmd_fit)
+
+    p = sub.add_parser("predict", help="posterior predictive for new rows")
+    p.add_argument("fit_dir", help="directory written by `pyro-bdl fit`")
+    p.add_argument("--data", required=True, help="CSV with the fit's feature columns")
+    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--prob", type=float, default=0.94, help="interval probability (default 0.94)")
+    p.set_defaults(run=_cmd_predict)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"pyro-bdl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pyro-bdl: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

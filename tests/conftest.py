@@ -1,0 +1,20 @@
+import os
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+os.environ.setdefault("PYRO_BDL_SMOKE", "1")
+
+import pyro  # noqa: E402
+import pyro_bdl  # noqa: E402,F401  (import once, so ArviZ's notice is filtered)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyro_state():
+    """Every test starts with an empty param store, validation on and a fixed seed."""
+    pyro.clear_param_store()
+    pyro.enable_validation(True)
+    pyro.set_rng_seed(0)
+    yield
+    pyro.clear_param_store()
