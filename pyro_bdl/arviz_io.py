@@ -55,11 +55,12 @@ def to_inference_data(result) -> az.InferenceData:
         observed_data=pred.observed or None,
         constant_data=constant or None,
         sample_stats=dict(result.sample_stats) or None,
-        attrs=attrs,
     )
     if result.losses is not None:
-        loss = xr.Dataset({"loss": ("step", np.asarray(result.losses, dtype=float))}, attrs=attrs)
+        loss = xr.Dataset({"loss": ("step", np.asarray(result.losses, dtype=float))})
         idata.add_groups(sample_stats=loss)
+    for group in idata.groups():
+        idata[group].attrs.update(attrs)
     return idata
 
 

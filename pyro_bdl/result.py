@@ -116,11 +116,14 @@ class FitResult:
         """``az.summary`` of the latent sites (for point estimates: the values only)."""
         import arviz as az
 
-        idata = self.to_inference_data()
-        if self.point_estimate:
-            kwargs.setdefault("kind", "stats")
-            return az.summary(idata, stat_focus="mean", **kwargs)[["mean"]]
-        return az.summary(idata, **kwargs)
+        if self.point_estimate:  # one draw: no spread, no diagnostics, just the values
+            rows = {}
+            for name, value in self.samples.items():
+                flat = value.reshape(-1).double()
+                for j, v in enumerate(flat.tolist()):
+                    rows[name if value[0, 0].dim() == 0 else f"{name}[{j}]"] = v
+            return pd.DataFrame({"mean": rows})
+        return az.summary(self.to_inference_data(), **kwargs)
 
     def __repr__(self) -> str:
         name = self.info.get("model", getattr(self.model, "__name__", "model"))

@@ -77,7 +77,7 @@ def _importance_methods():
 
     return [
         Method("importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
-               run_importance, {"samples": 4000, "proposal": "laplace", "steps": 1000, "lr": 0.02}),
+               run_importance, {"samples": 4000, "proposal": "laplace"}),
     ]
 
 

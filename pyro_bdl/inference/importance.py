@@ -9,8 +9,9 @@ Proposals:
 * ``"prior"``: :math:`q = p(\theta)`, so :math:`w_s = p(y \mid \theta_s)` (the textbook case; it
   collapses when the data are informative).
 * ``"laplace"`` (default): a multivariate Student-t (5 degrees of freedom, heavier tails than the
-  target) centred on a short full-rank SVI fit, in the unconstrained space; the Jacobian of the
-  map to the constrained space enters the weights through Pyro's potential function.
+  target) at the Laplace approximation in the unconstrained space: the mode found by L-BFGS and
+  the inverse Hessian there.  The Jacobian of the map to the constrained space enters the
+  weights through Pyro's potential function.
 
 The posterior draws handed on are a systematic resample of the weighted draws (so the ArviZ
 posterior is an ordinary unweighted sample); the log weights are kept in ``sample_stats``.
@@ -18,17 +19,20 @@ posterior is an ordinary unweighted sample); the log weights are kept in ``sampl
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
 import pyro.distributions as dist
 from pyro import poutine
-from pyro.infer.autoguide import AutoMultivariateNormal
 from pyro.infer.mcmc.util import initialize_model
-from pyro.infer import Trace_ELBO
 
+from ..diagnostics import ConvergenceWarning
 from .base import Draws, latent_sites, observed_sites
-from .svi import optimise
+
+#: Degrees of freedom of the Student-t proposal: heavier tails than the Gaussian it approximates.
+PROPOSAL_DF = 5.0
 
 
 def effective_sample_size(log_weights: torch.Tensor) -> float:
@@ -58,32 +62,59 @@ def _prior_proposal(model, data, num):
     return {n: torch.stack(v) for n, v in values.items()}, torch.stack(log_w)
 
 
-def _laplace_proposal(model, data, num, *, steps, lr, progress):
-    guide = AutoMultivariateNormal(model)
-    optimise(model, guide, Trace_ELBO(), data, steps=steps, lr=lr, progress=progress, desc="importance proposal")
-    _, potential_fn, transforms, _ = initialize_model(model, model_kwargs=data)
+def _laplace_proposal(model, data, num):
+    """Laplace approximation in the unconstrained space: mode by L-BFGS, covariance = inverse Hessian."""
+    params, potential_fn, transforms, _ = initialize_model(model, model_kwargs=data)
+    names = list(params)
+    shapes = [params[n].shape for n in names]
+    sizes = [params[n].numel() for n in names]
+
+    def unflatten(z):
+        return {n: part.reshape(shape) for n, part, shape in zip(names, torch.split(z, sizes), shapes)}
+
+    def potential(z):
+        return potential_fn(unflatten(z))
+
+    z = torch.cat([params[n].detach().reshape(-1) for n in names]).clone().requires_grad_(True)
+    optimiser = torch.optim.LBFGS([z], lr=1.0, max_iter=500, tolerance_grad=1e-6, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimiser.zero_grad()
+        value = potential(z)
+        value.backward()
+        return value
+
+    optimiser.step(closure)
+    mode = z.detach()
+    hessian = torch.autograd.functional.hessian(potential, mode).double()
+    hessian = 0.5 * (hessian + hessian.T)
+    eigval, eigvec = torch.linalg.eigh(hessian)
+    if eigval.min() <= 0:
+        warnings.warn("importance: the Hessian at the mode is not positive definite; its negative curvature is "
+                      "replaced by a broad proposal", ConvergenceWarning, stacklevel=3)
+    eigval = eigval.clamp(min=1e-3 * eigval.abs().max().clamp(min=1e-6))
+    cov = (eigvec / eigval) @ eigvec.T
+    scale_tril = torch.linalg.cholesky(0.5 * (cov + cov.T)).to(mode.dtype)
+    q = dist.MultivariateStudentT(torch.tensor(PROPOSAL_DF, dtype=mode.dtype), mode, scale_tril)
     with torch.no_grad():
-        fitted = guide.get_posterior()
-        loc, scale_tril = fitted.loc.detach(), fitted.scale_tril.detach()
-        q = dist.MultivariateStudentT(torch.tensor(5.0), loc, scale_tril)
-        z = q.sample((num,))
-        log_q = q.log_prob(z)
-        values = {}
-        log_p = torch.empty(num)
+        zs = q.sample((num,))
+        log_q = q.log_prob(zs)
+        log_p = torch.empty(num, dtype=mode.dtype)
+        values = {n: [] for n in names}
         for s in range(num):
-            unconstrained = {site["name"]: u for site, u in guide._unpack_latent(z[s])}
-            # potential = -log p(y, theta(u)) - log|d theta / d u|: the density of u under the model.
+            unconstrained = unflatten(zs[s])
+            # potential = -log p(y, theta(u)) - log|d theta / d u|: the model's density of u.
             log_p[s] = -potential_fn(unconstrained)
-            for name, u in unconstrained.items():
-                values.setdefault(name, []).append(transforms[name].inv(u))
+            for n, u in unconstrained.items():
+                values[n].append(transforms[n].inv(u))
     return {n: torch.stack(v) for n, v in values.items()}, log_p - log_q
 
 
-def run_importance(model, data: dict, *, samples: int, proposal: str, steps: int, lr: float, progress: bool) -> Draws:
+def run_importance(model, data: dict, *, samples: int, proposal: str, progress: bool) -> Draws:
     if proposal == "prior":
         values, log_w = _prior_proposal(model, data, samples)
     elif proposal == "laplace":
-        values, log_w = _laplace_proposal(model, data, samples, steps=steps, lr=lr, progress=progress)
+        values, log_w = _laplace_proposal(model, data, samples)
     else:
         raise ValueError(f"unknown importance proposal '{proposal}'; choose 'laplace' or 'prior'")
     log_w = torch.where(torch.isnan(log_w), torch.tensor(-float("inf")), log_w)

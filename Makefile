@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Each creates .venv if missing, installs what is needed (CPU torch pinned here, not in the
+# package's dependencies), installs this tree non-editable, then runs.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch that lies on this machine's disk; a plain `torch` pulls a CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test test-slow install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.deps-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet ".[test]"
+	touch $@
+
+# Always reinstall the working tree (non-editable: the way users get the package).
+install: $(VENV)/.deps-installed
+	$(BIN)/pip install --quiet --no-deps .
+
+demo: install
+	$(BIN)/pyro-bdl fit blr --inference nuts --out runs/demo
+	@echo "Open runs/demo/trace.png and runs/demo/posterior.png; predict with:"
+	@echo "  $(BIN)/pyro-bdl predict runs/demo --data YOUR.csv --out predictions.csv"
+
+test: install
+	$(BIN)/pytest
+
+test-slow: install
+	$(BIN)/pytest -m slow
+
+clean:
+	rm -rf $(VENV) build runs *.egg-info

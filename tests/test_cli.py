@@ -1,0 +1,151 @@
+"""The command line end to end, and every kind of bad input it must refuse cleanly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pytest
+
+import pyro_bdl
+from pyro_bdl.cli import main
+
+CLI = shutil.which("pyro-bdl") or str(Path(sys.executable).with_name("pyro-bdl"))
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def _regression_csv(path: Path, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n)})
+    df["target"] = 2.0 * df["a"] - df["b"] + 0.3 * rng.normal(size=n)
+    df.to_csv(path, index=False)
+    return df
+
+
+def test_list_and_describe(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("blr", "coin", "nuts", "importance", "linear", "coin-few"):
+        assert word in out
+    assert main(["describe", "blr"]) == 0
+    out = capsys.readouterr().out
+    assert "prior_scale = 1.0" in out and "Sample sites: w, b, sigma" in out and "ridge" in out
+
+
+def test_fit_and_predict_end_to_end(tmp_path):
+    """A real subprocess through the installed console script: fit with NUTS on a CSV, then predict."""
+    df = _regression_csv(tmp_path / "train.csv")
+    out = tmp_path / "run"
+    proc = run_cli("fit", "blr", "--inference", "nuts", "--data", "train.csv", "--target", "target",
+                   "--out", out, "--seed", "3", "--samples", "300", "--warmup", "200", "--option", "prior_scale=2",
+                   "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote posterior.nc" in proc.stdout
+    for name in ("posterior.nc", "summary.csv", "metrics.json", "trace.png", "posterior.png"):
+        assert (out / name).stat().st_size > 0, name
+    idata = az.from_netcdf(str(out / "posterior.nc"))
+    assert {"posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"} <= set(idata.groups())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["model"] == "blr" and metrics["method"] == "nuts" and metrics["seed"] == 3
+    assert metrics["options"]["prior_scale"] == 2.0
+    assert metrics["max_r_hat"] < 1.05 and metrics["min_ess_bulk"] > 50 and metrics["divergences"] == 0
+    assert metrics["wall_seconds"] > 0
+    summary = pd.read_csv(out / "summary.csv", index_col=0)
+    assert {"w[0]", "w[1]", "b", "sigma"} <= set(summary.index)
+    assert abs(summary.loc["w[0]", "mean"] - 2.0) < 0.3
+
+    df.drop(columns="target").head(7).to_csv(tmp_path / "new.csv", index=False)
+    proc = run_cli("predict", out, "--data", "new.csv", "--out", "pred.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    assert list(pred.columns[:2]) == ["mean", "sd"] and {"lower", "upper"} <= set(pred.columns)
+    assert len(pred) == 7
+    assert (pred["lower"] < pred["mean"]).all() and (pred["mean"] < pred["upper"]).all()
+    truth = 2.0 * df["a"].head(7) - df["b"].head(7)
+    assert (np.abs(pred["mean"] - truth) < 4 * pred["sd"]).all()
+
+
+@pytest.mark.parametrize("method,plot", [("svi", "loss.png"), ("map", "loss.png"), ("importance", "trace.png")])
+def test_fit_coin_writes_method_specific_files(method, plot, tmp_path, capsys):
+    out = tmp_path / method
+    assert main(["fit", "coin", "--inference", method, "--out", str(out), "--no-progress", "--steps", "500"]
+                if method != "importance" else
+                ["fit", "coin", "--inference", method, "--out", str(out), "--no-progress"]) == 0
+    assert (out / plot).exists() and (out / "posterior.png").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    heads = float(pyro_bdl.load("coin").y.sum())
+    assert metrics["p_next_heads_exact"] == pytest.approx((1 + heads) / (2 + 30))  # Laplace's rule, 30 tosses
+    assert metrics["point_estimate"] == (method == "map")
+    (tmp_path / "rows.csv").write_text("y\n0\n1\n")
+    assert main(["predict", str(out), "--data", str(tmp_path / "rows.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert len(pred) == 2 and np.allclose(pred["mean"], pred["mean"][0])  # the same coin for every row
+
+
+def test_load_fit_round_trip(tmp_path):
+    result = pyro_bdl.fit("blr", inference="map", progress=False, steps=1500)
+    pyro_bdl.store.write_fit(result, tmp_path / "fit")
+    back = pyro_bdl.load_fit(tmp_path / "fit")
+    X = result.data["X"][:5]
+    pd.testing.assert_frame_equal(result.predict(X)[["mean"]], back.predict(X)[["mean"]], atol=1e-5)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+BAD_INPUTS = {
+    "nan": (["fit", "blr", "--target", "y"], "x,y\n1,2\n2,\n3,4\n", "column 'y' has 1 NaN/missing/infinite value(s) at data row(s) 2"),
+    "missing target": (["fit", "blr", "--target", "price"], "x,y\n1,2\n2,3\n", "target column 'price' not found"),
+    "non-binary coin": (["fit", "coin", "--target", "y"], "y\n0\n1\n2\n", "must hold only 0 and 1; found 2"),
+    "empty file": (["fit", "blr", "--target", "y"], "", "the file is empty"),
+    "header only": (["fit", "blr", "--target", "y"], "x,y\n", "has no data rows"),
+    "text column": (["fit", "blr", "--target", "y"], "x,y\n1,2\nabc,3\n", "column 'x' is not numeric"),
+    "unknown model": (["fit", "gpr", "--target", "y"], "x,y\n1,2\n", "unknown model 'gpr'"),
+    "unknown method": (["fit", "blr", "--target", "y", "--inference", "vi"], "x,y\n1,2\n", "unknown inference method 'vi'"),
+    "unknown option": (["fit", "blr", "--target", "y", "--option", "width=3"], "x,y\n1,2\n", "unknown option 'width'"),
+    "bad option value": (["fit", "blr", "--target", "y", "--option", "prior_scale=big"], "x,y\n1,2\n", "prior_scale='big'"),
+    "unsupported method": (["fit", "blr", "--target", "y", "--guide", "mvn", "--inference", "nuts"], "x,y\n1,2\n", "takes no guide"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_exits_nonzero_and_writes_nothing(case, tmp_path, capsys):
+    args, text, message = BAD_INPUTS[case]
+    csv = _write(tmp_path / "data.csv", text)
+    out = tmp_path / "out"
+    code = main([*args, "--data", str(csv), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err, err
+    assert not (out / "posterior.nc").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["data.csv"]  # no output dir, no partial files
+
+
+def test_missing_data_file_and_bad_predict_inputs(tmp_path, capsys):
+    assert main(["fit", "blr", "--data", str(tmp_path / "nope.csv"), "--target", "y", "--out", str(tmp_path / "o")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--data", "x.csv", "--out", str(tmp_path / "p.csv")]) == 2
+    assert "no posterior.nc" in capsys.readouterr().err
+    fit_dir = tmp_path / "fit"
+    assert main(["fit", "blr", "--inference", "map", "--steps", "50", "--out", str(fit_dir), "--no-progress"]) == 0
+    capsys.readouterr()
+    bad = _write(tmp_path / "new.csv", "x1,x2\n1,2\n")
+    assert main(["predict", str(fit_dir), "--data", str(bad), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "feature column(s) 'x3' not found" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_unknown_command_exits_nonzero(tmp_path):
+    proc = run_cli("frobnicate", cwd=tmp_path)
+    assert proc.returncode != 0 and "invalid choice" in proc.stderr

@@ -1,0 +1,90 @@
+"""Diagnostics warn, naming what is wrong; comparisons across methods."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+import pyro_bdl
+from pyro_bdl.diagnostics import importance_report, svi_report
+
+
+def test_short_mcmc_run_warns_with_the_failing_diagnostic():
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="ESS"):
+        pyro_bdl.fit("blr", inference="metropolis", options={"noise": 0.5}, progress=False,
+                     samples=50, warmup=10)
+
+
+def test_healthy_mcmc_run_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyro_bdl.ConvergenceWarning)
+        result = pyro_bdl.fit("coin", inference="nuts", progress=False, samples=500, warmup=300)
+    assert result.info["max_r_hat"] < 1.01 and result.info["divergences"] == 0
+
+
+def test_svi_report_flags_nan_and_unsettled_losses():
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="NaN"):
+        assert not svi_report([3.0, 2.0, float("nan")])["settled"]
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+        assert not svi_report(np.linspace(100, 10, 500))["settled"]
+    rng = np.random.default_rng(0)
+    assert svi_report(5.0 + rng.normal(size=1000))["settled"]
+
+
+def test_svi_nan_loss_stops_training_with_a_warning():
+    def broken(y=None):
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        # a log density that pulls mu upwards and is NaN beyond mu = 3
+        pyro.factor("broken", torch.where(mu.abs() > 3, torch.tensor(float("nan")), 100.0 * mu))
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="loss became nan at step"):
+        result = pyro_bdl.fit(broken, {"y": torch.tensor(1.0)}, inference="map", progress=False, steps=500, lr=0.5)
+    assert result.info["steps_run"] < 500 and not result.info["settled"]
+
+
+def test_importance_report_warns_on_collapsed_weights():
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="effective sample size"):
+        importance_report(3.0, 4000)
+
+
+def test_prior_proposal_collapses_on_informative_data():
+    """The textbook failure of importance sampling from the prior, reported rather than hidden."""
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="effective sample size"):
+        result = pyro_bdl.fit("blr", inference="importance", proposal="prior", options={"noise": 0.5},
+                              progress=False, samples=500)
+    assert result.info["importance_ess"] < 10
+
+
+def test_compare_methods_and_loo():
+    fits = {
+        "nuts": pyro_bdl.fit("coin", inference="nuts", progress=False, samples=300, warmup=200),
+        "importance": pyro_bdl.fit("coin", inference="importance", progress=False, samples=1000),
+        "map": pyro_bdl.fit("coin", inference="map", progress=False, steps=300),
+    }
+    table = pyro_bdl.compare_methods(fits)
+    assert list(table.index) == ["pi"]
+    assert set(table.columns.get_level_values(0)) == {"nuts", "importance", "map"}
+    assert np.isnan(table.loc["pi", ("map", "sd")])
+    loo = pyro_bdl.compare_loo(fits)
+    assert set(loo.index) == {"nuts", "importance"}
+
+
+def test_unknown_settings_methods_and_guides_are_named():
+    with pytest.raises(ValueError, match="unknown setting 'stepz'.*steps"):
+        pyro_bdl.fit("coin", inference="svi", stepz=3, progress=False)
+    with pytest.raises(ValueError, match="unknown inference method 'gibbs'"):
+        pyro_bdl.fit("coin", inference="gibbs", progress=False)
+    with pytest.raises(ValueError, match="takes no guide"):
+        pyro_bdl.fit("coin", inference="nuts", guide="normal", progress=False)
+    with pytest.raises(ValueError, match="unknown guide 'fancy'"):
+        pyro_bdl.fit("coin", inference="svi", guide="fancy", progress=False, steps=5)
+    with pytest.raises(ValueError, match="unknown model 'gp'"):
+        pyro_bdl.fit("gp", inference="svi", progress=False)
+    with pytest.raises(ValueError, match="unknown option 'gamma'"):
+        pyro_bdl.fit("coin", inference="map", options={"gamma": 1}, progress=False)

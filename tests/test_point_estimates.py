@@ -1,0 +1,82 @@
+"""MAP and MLE against their closed forms: ridge / least squares for blr, mode / sample mean for the coin.
+
+The MAP and MLE losses are deterministic (a Delta guide has no sampling noise), so the only
+error is the optimiser's; it converges to float32 precision, and 1e-3 (about 1% of a
+posterior sd on these problems) is far above what it leaves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pyro_bdl
+from pyro_bdl.models.blr import least_squares, posterior_moments
+
+from problems import PROBLEMS
+
+ATOL = 1e-3
+
+
+def _theta(result):
+    return np.concatenate([result.posterior_mean("w").numpy().reshape(-1), result.posterior_mean("b").numpy().reshape(-1)])
+
+
+def test_blr_map_is_ridge():
+    data, options = PROBLEMS["blr"]()
+    result = pyro_bdl.fit("blr", data, inference="map", options=options, progress=False)
+    ridge, _ = posterior_moments(data.X, data.y, options["prior_scale"], options["noise"])
+    np.testing.assert_allclose(_theta(result), ridge.numpy(), atol=ATOL)
+
+
+@pytest.mark.parametrize("noise", [0.5, None])
+def test_blr_mle_is_least_squares(noise):
+    data, options = PROBLEMS["blr"]()
+    options = {**options, "noise": noise}
+    result = pyro_bdl.fit("blr", data, inference="mle", options=options, progress=False, steps=3000)
+    ols = least_squares(data.X, data.y)
+    np.testing.assert_allclose(_theta(result), ols.numpy(), atol=ATOL)
+    if noise is None:  # the MLE of sigma is the root mean squared residual
+        phi = torch.cat([data.X.double(), torch.ones(len(data), 1, dtype=torch.float64)], 1)
+        rms = float(((data.y.double() - phi @ ols) ** 2).mean().sqrt())
+        assert abs(float(result.posterior_mean("sigma")) - rms) < ATOL
+
+
+def test_map_and_mle_differ_by_the_prior():
+    """A strong prior pulls MAP towards zero and leaves MLE alone."""
+    data, options = PROBLEMS["blr"]()
+    strong = {**options, "prior_scale": 0.05}
+    map_ = _theta(pyro_bdl.fit("blr", data, inference="map", options=strong, progress=False))
+    mle = _theta(pyro_bdl.fit("blr", data, inference="mle", options=strong, progress=False))
+    assert np.linalg.norm(map_) < 0.5 * np.linalg.norm(mle)
+
+
+def test_coin_mle_is_sample_mean_and_map_is_mode():
+    data, options = PROBLEMS["coin"]()
+    k, n = float(data.y.sum()), len(data)
+    mle = pyro_bdl.fit("coin", data, inference="mle", options=options, progress=False)
+    map_ = pyro_bdl.fit("coin", data, inference="map", options=options, progress=False)
+    assert abs(float(mle.posterior_mean("pi")) - k / n) < ATOL
+    mode = (options["alpha"] + k - 1) / (options["alpha"] + options["beta"] + n - 2)
+    assert abs(float(map_.posterior_mean("pi")) - mode) < ATOL
+
+
+def test_point_estimates_are_one_labelled_draw():
+    result = pyro_bdl.fit("coin", "coin", inference="map", progress=False, steps=300)
+    assert result.point_estimate and result.num_draws == 1
+    idata = result.to_inference_data()
+    assert idata.posterior.sizes["chain"] == 1 and idata.posterior.sizes["draw"] == 1
+    assert idata.posterior.attrs["point_estimate"] == 1 and idata.posterior.attrs["inference"] == "map"
+
+
+def test_mle_is_overconfident_on_few_tosses():
+    """Three heads in three tosses: the MLE heads for pi = 1 (the next toss is heads for sure; the
+    optimiser walks towards the boundary and ConvergenceWarning says it has not settled);
+    Bayes with a uniform prior says 4/5."""
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+        mle = pyro_bdl.fit("coin", "coin-few", inference="mle", progress=False)
+    nuts = pyro_bdl.fit("coin", "coin-few", inference="nuts", progress=False, samples=1000, warmup=300)
+    assert float(mle.posterior_mean("pi")) > 0.95
+    assert nuts.info["p_next_heads_exact"] == pytest.approx(0.8)
+    assert abs(nuts.info["p_next_heads"] - 0.8) < 4.5 * float(nuts.posterior_sd("pi")) / np.sqrt(nuts.info["min_ess_bulk"])

@@ -1,0 +1,102 @@
+"""The one entry point on a model a user writes in a notebook, not only on the zoo's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro.infer.autoguide import AutoNormal
+
+import pyro_bdl
+
+K = 4.5
+
+
+def normal_mean_model(y=None, n=None):
+    """mu ~ N(0, 10^2); y_i ~ N(mu, 1): the posterior of mu is N(sum y / (n + 0.01), 1 / (n + 0.01))."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", n if y is None else len(y)):
+        return pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+
+def _data():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(30, generator=g) + 2.0
+
+
+def _exact(y):
+    precision = len(y) + 1 / 100
+    return float(y.sum()) / precision, 1 / math.sqrt(precision)
+
+
+@pytest.mark.parametrize("method,settings", [
+    ("nuts", {"samples": 400, "warmup": 200}),
+    ("svi", {"steps": 3000, "samples": 2000}),
+    ("importance", {"samples": 2000}),
+])
+def test_user_model_posterior_mean(method, settings):
+    y = _data()
+    result = pyro_bdl.fit(normal_mean_model, {"y": y}, inference=method, progress=False, **settings)
+    mean, sd = _exact(y)
+    ess = result.info.get("min_ess_bulk") or result.info.get("importance_ess") or result.num_draws
+    assert abs(float(result.posterior_mean("mu")) - mean) < K * sd / math.sqrt(ess)
+
+
+def test_user_model_with_its_own_guide_and_prediction():
+    y = _data()
+
+    def guide(y=None, n=None):
+        loc = pyro.param("loc", torch.tensor(0.0))
+        scale = pyro.param("scale", torch.tensor(1.0), constraint=dist.constraints.positive)
+        pyro.sample("mu", dist.Normal(loc, scale))
+
+    result = pyro_bdl.fit(normal_mean_model, {"y": y}, inference="svi", guide=guide, progress=False,
+                          steps=2500, samples=2000)
+    mean, sd = _exact(y)
+    assert abs(float(result.posterior_mean("mu")) - mean) < K * sd / math.sqrt(2000)
+    table = result.predict({"n": 4})
+    assert list(table.columns) == ["mean", "sd", "aleatoric_sd", "epistemic_sd", "lower", "upper"]
+    assert len(table) == 4
+    # predictive sd^2 = noise 1 + posterior variance
+    assert np.allclose(table["sd"], math.sqrt(1 + sd**2), rtol=0.1)
+    assert np.allclose(table["aleatoric_sd"], 1.0)
+
+
+def test_autoguide_class_is_accepted():
+    result = pyro_bdl.fit(normal_mean_model, {"y": _data()}, inference="svi", guide=AutoNormal,
+                          progress=False, steps=300, samples=50)
+    assert isinstance(result.guide, AutoNormal)
+
+
+def test_inference_data_groups_for_a_user_model():
+    result = pyro_bdl.fit(normal_mean_model, {"y": _data()}, inference="nuts", progress=False,
+                          samples=200, warmup=100)
+    idata = result.to_inference_data()
+    for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"):
+        assert group in idata.groups()
+    assert idata.log_likelihood["obs"].shape == (2, 200, 30)
+    assert idata.posterior_predictive["obs"].shape == (2, 200, 30)
+    for stat in ("diverging", "step_size", "tree_depth", "n_steps", "lp"):
+        assert stat in idata.sample_stats
+
+
+def test_options_are_rejected_for_user_models():
+    with pytest.raises(ValueError, match="options"):
+        pyro_bdl.fit(normal_mean_model, {"y": _data()}, inference="map", options={"a": 1}, progress=False)
+
+
+def test_nan_in_user_data_is_rejected():
+    y = _data()
+    y[3] = float("nan")
+    with pytest.raises(pyro_bdl.DataError, match="'y' holds 1 NaN"):
+        pyro_bdl.fit(normal_mean_model, {"y": y}, inference="map", progress=False)
+
+
+def test_model_without_observations_is_rejected():
+    with pytest.raises(ValueError, match="no observed sample site"):
+        pyro_bdl.fit(normal_mean_model, {"n": 3}, inference="map", progress=False)
