@@ -86,7 +86,7 @@ def fit(
     ...     with pyro.plate("data", 20):
     ...         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
     >>> y = torch.randn(20) + 3.0
-    >>> result = pyro_bdl.fit(model, {"y": y}, inference="map", steps=500, progress=False)
+    >>> result = pyro_bdl.fit(model, {"y": y}, inference="map", steps=1000, lr=0.1, progress=False)
     >>> abs(float(result.posterior_mean("mu")) - float(y.mean())) < 0.05
     True
     """

@@ -21,7 +21,7 @@ import warnings
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import pyro
 from pyro import poutine
