@@ -10,6 +10,8 @@ import warnings
 
 # ArviZ 0.2x announces its 1.x refactor on import; we pin arviz<1, so the notice is noise.
 warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
+# Pyro's MCMC imports tqdm.auto, which asks for ipywidgets in Jupyter; the text bar works without.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .arviz_io import to_inference_data
 from .data import DataError, Dataset, load, load_csv

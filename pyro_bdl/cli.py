@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
     try:
         args.run(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:

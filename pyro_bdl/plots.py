@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)
-import arviz as az  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
 
 __all__ = ["plot_loss", "plot_trace", "plot_posterior", "write_plots"]
 
