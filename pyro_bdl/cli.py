@@ -2,7 +2,8 @@
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
-with nothing written.
+with nothing written.  Ctrl-C during ``fit`` keeps the work done in ``OUT/checkpoint.pt``
+(exit 130); the same command run again resumes from it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import warnings
 from pathlib import Path
 
 __all__ = ["main"]
+
+#: Where ``fit`` keeps its progress inside the output directory until the fit completes.
+CHECKPOINT = "checkpoint.pt"
 
 
 def _cmd_list(args) -> None:
@@ -76,10 +80,18 @@ def _cmd_fit(args) -> None:
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
     settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles")}
+    checkpoint = Path(args.out) / CHECKPOINT
+    if checkpoint.exists():
+        print(f"resuming from {checkpoint}", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = fit(spec.name, dataset, inference=args.inference, guide=args.guide, options=options,
-                     seed=args.seed, progress=not args.no_progress, **settings)
+        try:
+            result = fit(spec.name, dataset, inference=args.inference, guide=args.guide, options=options,
+                         seed=args.seed, progress=not args.no_progress, checkpoint=checkpoint, **settings)
+        except KeyboardInterrupt:
+            if checkpoint.exists():
+                raise KeyboardInterrupt(f"progress is saved in {checkpoint}; rerun the same command to resume") from None
+            raise
     for w in caught:
         if issubclass(w.category, UserWarning) and "pyro_bdl" in str(w.filename) or "Convergence" in w.category.__name__:
             print(f"warning: {w.message}", file=sys.stderr)
@@ -151,8 +163,8 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"pyro-bdl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("pyro-bdl: interrupted; nothing was written", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"pyro-bdl: interrupted; {exc or 'nothing was written'}", file=sys.stderr)
         return 130
     return 0
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 from typing import Callable
 
 import pyro
 import torch
 
+from .checkpoint import Checkpoint, fingerprint
 from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import get_method, latent_sites, observed_sites
@@ -52,6 +54,7 @@ def fit(
     options: dict | None = None,
     seed: int = 0,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
     **settings,
 ) -> FitResult:
     """Fit a model with one inference method.
@@ -71,6 +74,9 @@ def fit(
     options : zoo model options, e.g. ``{"prior_scale": 2.0}``.
     seed : random seed (torch, numpy, random).
     progress : show a progress bar.
+    checkpoint : a file to save progress in (SVI, MAP, MLE: every 500 steps and on Ctrl-C;
+        MCMC: after every chain).  If it holds a checkpoint of the same run, the fit resumes
+        from it; it is deleted when the fit completes.
     **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
         ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`).
 
@@ -110,9 +116,18 @@ def fit(
         raise ValueError("the model has no latent sample site to infer")
 
     start = time.perf_counter()
+    guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__", type(guide).__name__)
     if spec is not None and method.takes_guide:
         guide = _model_guide(spec, inference, guide, bound)
     extra = {"guide": guide} if method.takes_guide else {}
+    saver = None
+    if checkpoint is not None and method.resumable:
+        saver = Checkpoint(checkpoint, fingerprint(
+            model=spec.name if spec is not None else getattr(model, "__qualname__", "model"), method=inference,
+            seed=seed, settings=resolved, options=spec.resolve_options(options) if spec is not None else {},
+            guide=guide_label, **{f"data.{k}": v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
+        ))
+        extra["checkpoint"] = saver
     draws = method.run(bound, kwargs, progress=progress, **extra, **resolved)
     seconds = time.perf_counter() - start
 
@@ -135,6 +150,8 @@ def fit(
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:
         info.update(spec.report(result))
+    if saver is not None:
+        saver.clear()
     return result
 
 

@@ -26,6 +26,7 @@ class Method:
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
     takes_guide: bool = False
+    resumable: bool = True  # accepts checkpoint=... (all but importance sampling, which has no long loop)
 
     def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
         """Defaults filled in; unknown settings rejected with the list of known ones."""
@@ -77,7 +78,7 @@ def _importance_methods():
 
     return [
         Method("importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
-               run_importance, {"samples": 4000, "proposal": "laplace"}),
+               run_importance, {"samples": 4000, "proposal": "laplace"}, resumable=False),
     ]
 
 

@@ -66,19 +66,31 @@ def _kernel(name: str, model, *, target_accept, max_tree_depth, jit):
 
 
 def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
-             target_accept: float = 0.8, max_tree_depth: int = 10, jit: bool = False) -> Draws:
-    """Run ``chains`` chains of kernel ``name`` one after another; stack them as (chains, draws, ...)."""
-    per_chain, stats, accept = [], [], []
-    for _ in range(chains):
+             target_accept: float = 0.8, max_tree_depth: int = 10, jit: bool = False, checkpoint=None) -> Draws:
+    """Run ``chains`` chains of kernel ``name`` one after another; stack them as (chains, draws, ...).
+
+    With a :class:`~pyro_bdl.checkpoint.Checkpoint`, every finished chain is saved, and a rerun
+    resumes after the last finished chain.
+    """
+    state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
+    done = state["chains"]
+    if done:
+        torch.set_rng_state(state["rng"])
+    for _ in range(len(done), chains):
         kernel = _kernel(name, model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=jit)
         recorder = _StatsRecorder(kernel, name)
         mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, num_chains=1,
                     disable_progbar=not progress, hook_fn=recorder)
         mcmc.run(**data)
-        per_chain.append({k: v.detach() for k, v in mcmc.get_samples().items()})
-        stats.append(recorder.stats())
-        accept.append(recorder.mean_accept_prob)
-    samples_out = {k: torch.stack([c[k] for c in per_chain]) for k in per_chain[0]}
-    stats_out = {k: np.stack([s[k] for s in stats]) for k in stats[0]}
-    info = {"mean_accept_prob": float(np.mean(accept)), "divergences": int(stats_out["diverging"].sum())}
+        done.append({
+            "samples": {k: v.detach() for k, v in mcmc.get_samples().items()},
+            "stats": {k: torch.as_tensor(v) for k, v in recorder.stats().items()},
+            "accept": recorder.mean_accept_prob,
+        })
+        if checkpoint is not None:
+            checkpoint.save({"chains": done, "rng": torch.get_rng_state()})
+    samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
+    stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
+    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
+            "divergences": int(stats_out["diverging"].sum())}
     return Draws(samples_out, sample_stats=stats_out, info=info)

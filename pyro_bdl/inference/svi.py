@@ -37,32 +37,71 @@ from .guides import MeanFieldGuide, drop_priors, make_guide
 FINAL_LR_FRACTION = 0.01
 
 
-def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str) -> np.ndarray:
-    """Run ``steps`` of SVI with ClippedAdam; return the loss trace (stops early on a NaN loss)."""
+def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
+             checkpoint=None, checkpoint_every: int = 500) -> np.ndarray:
+    """Run ``steps`` of SVI with ClippedAdam; return the loss trace (stops early on a NaN loss).
+
+    With a :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses
+    are saved every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it
+    stopped.
+    """
     optim = ClippedAdam({"lr": lr, "lrd": FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), "clip_norm": 10.0})
     svi = SVI(model, guide, optim, loss)
-    losses = []
-    with tqdm(total=steps, desc=desc, disable=not progress, mininterval=0.5) as bar:
-        for step in range(steps):
-            try:
-                value = svi.step(**data)
-            except ValueError as exc:
-                if "invalid values" not in str(exc):
-                    raise
-                value = float("nan")
-            losses.append(value)
-            if not math.isfinite(value):
-                warnings.warn(
-                    f"{desc}: the loss became {value} at step {step}; training stopped. "
-                    "Try a smaller learning rate (--lr).",
-                    ConvergenceWarning,
-                    stacklevel=2,
-                )
-                break
-            if step % 50 == 0 or step == steps - 1:
-                bar.set_postfix(loss=f"{value:.4g}", refresh=False)
-            bar.update()
+    losses = _resume(checkpoint, guide, optim, data)
+    with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
+        try:
+            for step in range(len(losses), steps):
+                try:
+                    value = svi.step(**data)
+                except ValueError as exc:
+                    if "invalid values" not in str(exc):
+                        raise
+                    value = float("nan")
+                losses.append(value)
+                if not math.isfinite(value):
+                    warnings.warn(
+                        f"{desc}: the loss became {value} at step {step}; training stopped. "
+                        "Try a smaller learning rate (--lr).",
+                        ConvergenceWarning,
+                        stacklevel=2,
+                    )
+                    break
+                if step % 50 == 0 or step == steps - 1:
+                    bar.set_postfix(loss=f"{value:.4g}", refresh=False)
+                bar.update()
+                if checkpoint is not None and (step + 1) % checkpoint_every == 0:
+                    _save(checkpoint, optim, losses)
+        except KeyboardInterrupt:
+            if checkpoint is not None:
+                _save(checkpoint, optim, losses)
+            raise
     return np.asarray(losses, dtype=float)
+
+
+def _save(checkpoint, optim, losses) -> None:
+    store = pyro.get_param_store()
+    checkpoint.save({
+        "losses": torch.tensor(losses, dtype=torch.float64),
+        "params": {name: store.get_param(name).unconstrained().detach().clone() for name in store.keys()},
+        "optim": optim.get_state(),
+        "rng": torch.get_rng_state(),
+    })
+
+
+def _resume(checkpoint, guide, optim, data) -> list:
+    """Restore a saved run into the param store and optimiser; returns the losses so far."""
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is None:
+        return []
+    with poutine.block(), torch.no_grad():
+        guide(**data)  # create the guide's parameters, then overwrite them
+    store = pyro.get_param_store()
+    with torch.no_grad():
+        for name, value in state["params"].items():
+            store.get_param(name).unconstrained().copy_(value)
+    optim.set_state(state["optim"])
+    torch.set_rng_state(state["rng"])
+    return state["losses"].tolist()
 
 
 @torch.no_grad()
@@ -76,9 +115,9 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
     return {name: torch.stack(values).unsqueeze(0) for name, values in collected.items()}
 
 
-def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False) -> Draws:
+def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None) -> Draws:
     names = latent_sites(model, data)
-    losses = optimise(model, guide, loss, data, steps=steps, lr=lr, progress=progress, desc=desc)
+    losses = optimise(model, guide, loss, data, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
     if point:
         with torch.no_grad():
             median = guide.median(**data)
@@ -88,31 +127,36 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     return Draws(draws, losses=losses, guide=guide)
 
 
-def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
     guide = make_guide(guide or "normal", model)
     loss = Trace_ELBO(num_particles=particles)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi")
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi",
+                checkpoint=checkpoint)
 
 
-def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
     guide = make_guide(guide or "meanfield", model)
     loss = TraceMeanField_ELBO(num_particles=particles)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield")
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield",
+                checkpoint=checkpoint)
 
 
-def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress) -> Draws:
+def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
     guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False)
     loss = TraceGraph_ELBO(num_particles=particles)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi")
+    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi",
+                checkpoint=checkpoint)
 
 
-def run_map(model, data, *, steps, lr, progress) -> Draws:
+def run_map(model, data, *, steps, lr, progress, checkpoint=None) -> Draws:
     guide = make_guide("delta", model)
-    return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True)
+    return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
+                checkpoint=checkpoint)
 
 
-def run_mle(model, data, *, steps, lr, progress) -> Draws:
+def run_mle(model, data, *, steps, lr, progress, checkpoint=None) -> Draws:
     flat = drop_priors(model)
     guide = make_guide("delta", flat)
-    draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True)
+    draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
+                  checkpoint=checkpoint)
     return draws
