@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from .files import atomic_write
 
 __all__ = ["Checkpoint", "fingerprint"]
 
@@ -62,15 +62,7 @@ class Checkpoint:
         return state["state"]
 
     def save(self, state: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        os.close(fd)
-        try:
-            torch.save({"fingerprint": self.fingerprint, "state": state}, tmp)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, "state": state}, tmp))
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

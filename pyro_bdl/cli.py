@@ -106,7 +106,8 @@ def _cmd_fit(args) -> None:
 
 def _cmd_predict(args) -> None:
     from .data import load_csv
-    from .store import atomic_write_text, load_fit
+    from .files import atomic_write_text
+    from .store import load_fit
 
     result = load_fit(args.fit_dir)
     features = result.info["feature_names"]

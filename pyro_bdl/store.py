@@ -24,7 +24,7 @@ from .plots import write_plots
 from .registry import get_model
 from .result import FitResult
 
-__all__ = ["metrics", "write_fit", "load_fit", "atomic_write_text"]
+__all__ = ["metrics", "write_fit", "load_fit"]
 
 _METRIC_KEYS = (
     "model", "method", "seed", "wall_seconds", "data", "rows", "target", "options", "settings",
@@ -73,20 +73,6 @@ def write_fit(result: FitResult, out_dir: str | Path) -> list[str]:
         return files
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_fit(fit_dir: str | Path) -> FitResult:

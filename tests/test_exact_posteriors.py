@@ -15,7 +15,6 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 import pytest
-import torch
 
 import pyro_bdl
 from pyro_bdl.registry import get_model
