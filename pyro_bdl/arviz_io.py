@@ -47,6 +47,7 @@ def to_inference_data(result) -> az.InferenceData:
         "target": info.get("target") or "",
         "likelihood_sites": json.dumps(list(result.likelihood_sites)),
         "inference_library": "pyro_bdl",
+        "standardizer": json.dumps(result.standardizer.to_dict()) if result.standardizer is not None else "",
     }
     idata = az.from_dict(
         posterior=posterior,

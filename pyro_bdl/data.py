@@ -147,6 +147,17 @@ def _diabetes() -> pd.DataFrame:
     return df
 
 
+def _from_datasets(maker: str) -> Callable[[], pd.DataFrame]:
+    """A maker from :mod:`pyro_bdl.datasets`, imported when called (datasets imports this module)."""
+
+    def make() -> pd.DataFrame:
+        from . import datasets
+
+        return getattr(datasets, maker)()
+
+    return make
+
+
 @dataclass(frozen=True)
 class Embedded:
     make: Callable[[], pd.DataFrame]
@@ -162,6 +173,18 @@ EMBEDDED: dict[str, Embedded] = {
     "coin": Embedded(lambda: _tosses(30, 0.3, 7), "y", "30 tosses of a coin with P(heads) = 0.3 (generated)"),
     "coin-few": Embedded(
         lambda: pd.DataFrame({"y": [1.0, 1.0, 1.0]}), "y", "3 tosses, all heads: where MLE and MAP are overconfident"
+    ),
+    "sine": Embedded(
+        _from_datasets("sine_frame"),
+        "y",
+        "200 rows, y = x + 0.3 sin(2 pi x) + 0.3 sin(4 pi x) + N(0, 0.05^2), x in [-1, -0.2] U [0.2, 1] "
+        "(empty gap in the middle; generated, fixed seed)",
+    ),
+    "digits": Embedded(
+        _from_datasets("digits_frame"),
+        "target",
+        "scikit-learn's 8x8 digits: 1797 rows, 64 pixels (0..16), labels 0..9; "
+        "fixed stratified train/test split via pyro_bdl.datasets.digits_split",
     ),
 }
 

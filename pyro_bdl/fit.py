@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -20,28 +21,52 @@ from .result import FitResult
 __all__ = ["fit"]
 
 
-def _resolve_model(model, data, target, options):
-    """(spec or None, bound model, model kwargs, dataset or None)."""
+@dataclass
+class _Prepared:
+    """A model ready to fit: its spec (None for a user's model), the bound model and its arguments."""
+
+    spec: ModelSpec | None
+    model: Callable
+    kwargs: dict
+    dataset: Dataset | None = None
+    options: dict = field(default_factory=dict)
+    standardizer: object = None
+
+
+def _prepare(model, data, target, options) -> _Prepared:
     if isinstance(model, (str, ModelSpec)):
         spec = get_model(model) if isinstance(model, str) else model
         if data is None:
             data = spec.default_data
         dataset = load(data, target) if isinstance(data, str) else data
-        if isinstance(dataset, Dataset):
-            if dataset.y is None:
-                raise DataError(f"{dataset.name}: no target column to fit on")
-            if spec.check_data is not None:
-                spec.check_data(dataset)
+        if not isinstance(dataset, Dataset):
+            kwargs = as_model_kwargs(dataset, spec.uses_features)
+            return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
+        if dataset.y is None:
+            raise DataError(f"{dataset.name}: no target column to fit on")
+        if spec.check_data is not None:
+            spec.check_data(dataset)
+        resolved = spec.resolve_options(options)
+        if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
+            resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})
+        standardizer = None
+        if spec.standardize:
+            from .datasets import Standardizer
+
+            regression = spec.task == "regression"
+            standardizer = Standardizer.fit(dataset.X, dataset.y if regression else None)
+            dataset = Dataset(dataset.name, standardizer.transform_X(dataset.X),
+                              standardizer.transform_y(dataset.y) if regression else dataset.y,
+                              dataset.feature_names, dataset.target_name)
         kwargs = as_model_kwargs(dataset, spec.uses_features)
-        return spec, spec.bind(options), kwargs, dataset if isinstance(dataset, Dataset) else None
+        return _Prepared(spec, spec.bind(resolved), kwargs, dataset, resolved, standardizer)
     if not callable(model):
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     if options:
         raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
     if data is None:
         data = {}
-    kwargs = as_model_kwargs(data)
-    return None, model, kwargs, data if isinstance(data, Dataset) else None
+    return _Prepared(None, model, as_model_kwargs(data), data if isinstance(data, Dataset) else None)
 
 
 def fit(
@@ -99,7 +124,8 @@ def fit(
     method = get_method(inference)
     if guide is not None and not method.takes_guide:
         raise ValueError(f"inference '{inference}' takes no guide")
-    spec, bound, kwargs, dataset = _resolve_model(model, data, target, options)
+    prepared = _prepare(model, data, target, options)
+    spec, bound, kwargs, dataset = prepared.spec, prepared.model, prepared.kwargs, prepared.dataset
     if spec is not None and inference not in spec.methods:
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}'; it supports: {', '.join(spec.methods)}")
     given = {k: v for k, v in settings.items() if v is not None}
@@ -120,11 +146,13 @@ def fit(
     if spec is not None and method.takes_guide:
         guide = _model_guide(spec, inference, guide, bound)
     extra = {"guide": guide} if method.takes_guide else {}
+    if spec is not None and spec.init_loc_fn is not None and method.family in ("svi", "point"):
+        extra["init_loc_fn"] = spec.init_loc_fn
     saver = None
     if checkpoint is not None and method.resumable:
         saver = Checkpoint(checkpoint, fingerprint(
             model=spec.name if spec is not None else getattr(model, "__qualname__", "model"), method=inference,
-            seed=seed, settings=resolved, options=spec.resolve_options(options) if spec is not None else {},
+            seed=seed, settings=resolved, options=prepared.options,
             guide=guide_label, **{f"data.{k}": v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
         ))
         extra["checkpoint"] = saver
@@ -136,7 +164,7 @@ def fit(
         "method": inference,
         "seed": seed,
         "settings": resolved,
-        "options": spec.resolve_options(options) if spec is not None else {},
+        "options": prepared.options,
         "wall_seconds": seconds,
         **draws.info,
     }
@@ -146,6 +174,7 @@ def fit(
     result = FitResult(
         model=bound, data=kwargs, method=inference, samples=draws.samples, likelihood_sites=obs,
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
+        standardizer=prepared.standardizer,
     )
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:

@@ -23,7 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+import pyro.distributions as dist
 from pyro import poutine
+
+from .uncertainty import predictive_moments, regression_summary
 
 __all__ = ["PredictiveDraws", "evaluate", "summarise"]
 
@@ -39,6 +42,8 @@ class PredictiveDraws:
     draws : (chains, draws, k, *obs_shape), k draws of y ~ p(y | x, theta) per posterior draw.
     log_likelihood : (chains, draws, *obs_shape) of log p(y_obs | x, theta), when y is observed.
     observed : the observed values, when y is observed.
+    probs : (chains, draws, n, C) class probabilities, for Categorical likelihoods.
+    gaussian : site -> True when its likelihood is Normal (exact predictive intervals).
     """
 
     mean: dict
@@ -46,14 +51,19 @@ class PredictiveDraws:
     draws: dict
     log_likelihood: dict
     observed: dict
+    probs: dict
+    gaussian: dict
 
 
 def _moments(fn, extra: int):
     sample = fn.sample((extra,))
     try:
         mean, var = fn.mean, fn.variance
+        if isinstance(fn, dist.Categorical):  # class labels have no meaningful mean; keep the spread of draws
+            raise NotImplementedError
     except NotImplementedError:
-        mean, var = sample.mean(0), sample.var(0) if extra > 1 else torch.zeros_like(sample[0])
+        flt = sample.double()
+        mean, var = flt.mean(0), flt.var(0) if extra > 1 else torch.zeros_like(flt[0])
     return mean, var, sample
 
 
@@ -63,8 +73,8 @@ def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDr
     first = next(iter(samples.values()))
     chains, num = first.shape[:2]
     extra = max(1, math.ceil(MIN_PREDICTIVE_DRAWS / (chains * num)))
-    out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood")}
-    observed = {}
+    out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
+    observed, gaussian = {}, {}
     for c in range(chains):
         for i in range(num):
             draw = {name: value[c, i] for name, value in samples.items()}
@@ -75,6 +85,9 @@ def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDr
                 out["mean"][s].append(mean)
                 out["variance"][s].append(var)
                 out["draws"][s].append(sample)
+                gaussian[s] = isinstance(node["fn"], dist.Normal)
+                if isinstance(node["fn"], dist.Categorical):
+                    out["probs"][s].append(node["fn"].probs)
                 if node["is_observed"]:
                     out["log_likelihood"][s].append(node["fn"].log_prob(node["value"]))
                     observed[s] = node["value"].numpy()
@@ -85,28 +98,23 @@ def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDr
     return PredictiveDraws(
         **{key: {s: stack(v) for s, v in per_site.items() if v} for key, per_site in out.items()},
         observed=observed,
+        gaussian=gaussian,
     )
 
 
 def summarise(pred: PredictiveDraws, site: str, prob: float = 0.94) -> pd.DataFrame:
     """Per data point: ``mean``, ``sd`` (total), ``aleatoric_sd``, ``epistemic_sd``, ``lower``, ``upper``.
 
-    ``lower``/``upper`` bound the central ``prob`` interval of the pooled predictive draws.
+    For a Gaussian likelihood ``lower``/``upper`` are the exact quantiles of the predictive
+    mixture (1/S) sum_s N(mu_s, sigma_s^2); for any other likelihood they are quantiles of the
+    pooled predictive draws.
     """
-    mean = pred.mean[site].reshape((-1,) + pred.mean[site].shape[2:])  # (S, n)
-    var = pred.variance[site].reshape(mean.shape)
-    draws = pred.draws[site].reshape((-1,) + pred.draws[site].shape[3:])  # (S * k, n)
-    aleatoric = var.mean(0)
-    epistemic = mean.var(0)
+    mean = pred.mean[site].reshape((-1, int(np.prod(pred.mean[site].shape[2:], dtype=int))))  # (S, n)
+    sd = np.sqrt(pred.variance[site].reshape(mean.shape))
+    if pred.gaussian.get(site, False):
+        return regression_summary(mean, sd, prob)
+    table = predictive_moments(mean, sd)
+    draws = pred.draws[site].reshape((-1, mean.shape[1]))  # (S * k, n)
     tail = (1.0 - prob) / 2.0
-    lower, upper = np.quantile(draws, [tail, 1.0 - tail], axis=0)
-    return pd.DataFrame(
-        {
-            "mean": mean.mean(0).reshape(-1),
-            "sd": np.sqrt(aleatoric + epistemic).reshape(-1),
-            "aleatoric_sd": np.sqrt(aleatoric).reshape(-1),
-            "epistemic_sd": np.sqrt(epistemic).reshape(-1),
-            "lower": lower.reshape(-1),
-            "upper": upper.reshape(-1),
-        }
-    )
+    table["lower"], table["upper"] = np.quantile(draws, [tail, 1.0 - tail], axis=0)
+    return table

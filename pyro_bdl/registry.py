@@ -54,6 +54,13 @@ class ModelSpec:
     default_guides : inference method -> guide name, overriding the method's default.
     method_defaults : inference method -> settings that override the method's defaults for
         this model (user settings still win).
+    task : ``"regression"``, ``"binary"`` or ``"classification"``: how predictions are summarised.
+    standardize : fit standardises inputs (and regression targets) on the training data and
+        predictions answer in the original units.
+    infer_options : ``(dataset) -> {option: value}`` for options left at None that the
+        training data decide (e.g. the number of classes).
+    init_loc_fn : where optimisation-based methods start (a Pyro init strategy); None keeps
+        each guide's default.
     """
 
     name: str
@@ -71,6 +78,10 @@ class ModelSpec:
     guides: Mapping[str, Callable] = field(default_factory=dict)
     default_guides: Mapping[str, str] = field(default_factory=dict)
     method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    task: str = "regression"
+    standardize: bool = False
+    infer_options: Callable | None = None
+    init_loc_fn: Callable | None = None
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""

@@ -32,6 +32,9 @@ class FitResult:
     info : model name, options, seed, wall seconds, diagnostics; written to metrics.json.
     guide : the fitted guide (SVI-type methods).
     spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
+    standardizer : the transform fitted on the training data (zoo models with
+        ``standardize``); ``data`` and ``samples`` live in standardised units, predictions are
+        answered in the original ones.
     """
 
     model: Callable
@@ -44,6 +47,11 @@ class FitResult:
     info: dict = field(default_factory=dict)
     guide: Any = None
     spec: Any = None
+    standardizer: Any = None
+
+    @property
+    def task(self) -> str:
+        return self.spec.task if self.spec is not None else "regression"
 
     @property
     def point_estimate(self) -> bool:
@@ -80,6 +88,8 @@ class FitResult:
         kwargs = as_model_kwargs(new_data, uses_features)
         if self.spec is not None:
             kwargs["y"] = None
+            if self.standardizer is not None:
+                kwargs["X"] = self.standardizer.transform_X(kwargs["X"])
             expected = self.data["X"].shape[1]
             if kwargs["X"].shape[1] != expected:
                 raise ValueError(f"new data has {kwargs['X'].shape[1]} feature columns; the fit used {expected}")
@@ -99,10 +109,28 @@ class FitResult:
         ['mean', 'sd', 'aleatoric_sd', 'epistemic_sd', 'lower', 'upper']
         """
         pred = self.predictive(new_data)
-        frames = [summarise(pred, site, prob) for site in self.likelihood_sites]
+        frames = [self._summarise(pred, site, prob) for site in self.likelihood_sites]
         if len(frames) == 1:
             return frames[0]
         return pd.concat([f.add_prefix(f"{s}_") for s, f in zip(self.likelihood_sites, frames)], axis=1)
+
+    def _summarise(self, pred: PredictiveDraws, site: str, prob: float) -> pd.DataFrame:
+        if site in pred.probs:  # classification: probabilities and the entropy split
+            from .uncertainty import classification_summary
+
+            probs = pred.probs[site].reshape((-1,) + pred.probs[site].shape[2:])  # (S, n, C)
+            summary = classification_summary(probs)
+            table = pd.DataFrame(summary["prob"], columns=[f"prob_{c}" for c in range(probs.shape[-1])])
+            for key in ("pred", "entropy", "expected_entropy", "mutual_info"):
+                table[key] = summary[key]
+            return table
+        table = summarise(pred, site, prob)
+        if self.standardizer is not None:  # back to the original units of y
+            back = {"mean": self.standardizer.inverse_y_mean, "lower": self.standardizer.inverse_y_mean,
+                    "upper": self.standardizer.inverse_y_mean, "sd": self.standardizer.inverse_y_sd,
+                    "aleatoric_sd": self.standardizer.inverse_y_sd, "epistemic_sd": self.standardizer.inverse_y_sd}
+            table = table.assign(**{c: f(torch.tensor(table[c].to_numpy())).double().numpy() for c, f in back.items()})
+        return table
 
     def to_inference_data(self):
         """ArviZ InferenceData (see :func:`pyro_bdl.arviz_io.to_inference_data`); cached."""

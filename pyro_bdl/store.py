@@ -99,7 +99,13 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         "feature_names": json.loads(attrs["feature_names"]),
         "target": attrs.get("target") or None,
     }
+    standardizer = None
+    if attrs.get("standardizer"):
+        from .datasets import Standardizer
+
+        standardizer = Standardizer.from_dict(json.loads(attrs["standardizer"]))
     return FitResult(
+        standardizer=standardizer,
         model=spec.bind(options), data={"X": X, "y": y}, method=attrs["inference"],
         samples=samples_from_inference_data(idata), likelihood_sites=sites, info=info, spec=spec,
     )

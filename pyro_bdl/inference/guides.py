@@ -54,6 +54,7 @@ class MeanFieldGuide:
     reparameterized : False gives the score-function (BBVI) guide: samples are not
         differentiated through, and each site gets a decaying-average baseline.
     prefix : name prefix of the guide's parameters in the param store.
+    init_loc_fn : Pyro init strategy for the locations (default: median of prior draws).
 
     Example
     -------
@@ -66,15 +67,17 @@ class MeanFieldGuide:
     ['mu']
     """
 
-    def __init__(self, model, init_scale: float = 0.1, reparameterized: bool = True, prefix: str = "mf"):
+    def __init__(self, model, init_scale: float = 0.1, reparameterized: bool = True, prefix: str = "mf",
+                 init_loc_fn=None):
         self.model = model
+        self.init_loc_fn = init_loc_fn or autoguide.init_to_median(num_samples=15)
         self.init_scale = init_scale
         self.reparameterized = reparameterized
         self.prefix = prefix
         self._sites = None
 
     def _setup(self, *args, **kwargs) -> None:
-        init_model = autoguide.initialization.InitMessenger(autoguide.init_to_median(num_samples=15))(self.model)
+        init_model = autoguide.initialization.InitMessenger(self.init_loc_fn)(self.model)
         with poutine.block(), torch.no_grad():
             trace = poutine.trace(init_model).get_trace(*args, **kwargs)
         self._sites = {}
@@ -114,22 +117,30 @@ class MeanFieldGuide:
         }
 
 
+def _init(init_loc_fn, default):
+    return {"init_loc_fn": init_loc_fn or default}
+
+
 GUIDES = {
-    "normal": lambda model: autoguide.AutoNormal(model),
-    "mvn": lambda model: autoguide.AutoMultivariateNormal(model),
-    "meanfield": lambda model: MeanFieldGuide(model),
-    "delta": lambda model: autoguide.AutoDelta(model),
+    "normal": lambda model, init=None: autoguide.AutoNormal(model, **_init(init, autoguide.init_to_feasible)),
+    "mvn": lambda model, init=None: autoguide.AutoMultivariateNormal(model, **_init(init, autoguide.init_to_median)),
+    "meanfield": lambda model, init=None: MeanFieldGuide(model, **_init(init, None)),
+    "delta": lambda model, init=None: autoguide.AutoDelta(model, **_init(init, autoguide.init_to_median)),
 }
 
 
-def make_guide(choice, model):
-    """Turn a guide choice (a name of :data:`GUIDES`, an AutoGuide class, or a callable) into a guide."""
+def make_guide(choice, model, init_loc_fn=None):
+    """Turn a guide choice (a name of :data:`GUIDES`, an AutoGuide class, or a callable) into a guide.
+
+    ``init_loc_fn`` (a Pyro init strategy) overrides where a named guide starts; networks need
+    a random start (``init_to_sample``), since a symmetric one leaves every hidden unit the same.
+    """
     if isinstance(choice, str):
         if choice not in GUIDES:
             raise ValueError(f"unknown guide '{choice}'; choose one of: {', '.join(GUIDES)}, or pass a callable")
-        return GUIDES[choice](model)
+        return GUIDES[choice](model, init_loc_fn)
     if isinstance(choice, type) and issubclass(choice, autoguide.AutoGuide):
-        return choice(model)
+        return choice(model, **({"init_loc_fn": init_loc_fn} if init_loc_fn else {}))
     if callable(choice):
         return choice
     raise TypeError(f"guide must be a name, an AutoGuide class or a callable, not {type(choice).__name__}")

@@ -115,9 +115,12 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
     return {name: torch.stack(values).unsqueeze(0) for name, values in collected.items()}
 
 
-def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None) -> Draws:
+def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None,
+         batch_size=None) -> Draws:
     names = latent_sites(model, data)
-    losses = optimise(model, guide, loss, data, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
+    # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
+    train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
+    losses = optimise(model, guide, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
     if point:
         with torch.no_grad():
             median = guide.median(**data)
@@ -127,36 +130,41 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     return Draws(draws, losses=losses, guide=guide)
 
 
-def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
-    guide = make_guide(guide or "normal", model)
+def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
+            init_loc_fn=None) -> Draws:
+    guide = make_guide(guide or "normal", model, init_loc_fn)
     loss = Trace_ELBO(num_particles=particles)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi",
-                checkpoint=checkpoint)
+                checkpoint=checkpoint, batch_size=batch_size)
 
 
-def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
-    guide = make_guide(guide or "meanfield", model)
+def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
+            init_loc_fn=None) -> Draws:
+    guide = make_guide(guide or "meanfield", model, init_loc_fn)
     loss = TraceMeanField_ELBO(num_particles=particles)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield",
-                checkpoint=checkpoint)
+                checkpoint=checkpoint, batch_size=batch_size)
 
 
-def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None) -> Draws:
-    guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False)
+def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
+            init_loc_fn=None) -> Draws:
+    guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False, init_loc_fn=init_loc_fn)
     loss = TraceGraph_ELBO(num_particles=particles)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi",
-                checkpoint=checkpoint)
+                checkpoint=checkpoint, batch_size=batch_size)
 
 
-def run_map(model, data, *, steps, lr, progress, checkpoint=None) -> Draws:
-    guide = make_guide("delta", model)
+def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
+            init_loc_fn=None) -> Draws:
+    guide = make_guide("delta", model, init_loc_fn)
     return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
-                checkpoint=checkpoint)
+                checkpoint=checkpoint, batch_size=batch_size)
 
 
-def run_mle(model, data, *, steps, lr, progress, checkpoint=None) -> Draws:
+def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
+            init_loc_fn=None) -> Draws:
     flat = drop_priors(model)
-    guide = make_guide("delta", flat)
+    guide = make_guide("delta", flat, init_loc_fn)
     draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
-                  checkpoint=checkpoint)
+                  checkpoint=checkpoint, batch_size=batch_size)
     return draws

@@ -1,0 +1,225 @@
+r"""Bayesian neural networks: an MLP whose weights and biases are random variables.
+
+For layers :math:`\ell = 0, \dots, L` with fan-in :math:`d_\ell`,
+
+.. math::
+
+    W_\ell \sim p(W), \quad b_\ell \sim p(b), \qquad
+    h_0 = x, \quad h_{\ell+1} = a(W_\ell h_\ell + b_\ell), \quad f(x) = W_L h_L + b_L,
+
+with either prior
+
+* ``normal``: :math:`W_{\ell,ij} \sim \mathcal N(0, s^2 / d_\ell)` (scaled by fan-in, so the output
+  scale does not grow with width), :math:`b_{\ell,i} \sim \mathcal N(0, s^2)`;
+* ``scale-mixture`` (Blundell et al. 2015, Eq. 7):
+  :math:`\pi\,\mathcal N(0, \sigma_1^2) + (1 - \pi)\,\mathcal N(0, \sigma_2^2)` with
+  :math:`\pi = 1/2, \sigma_1 = 1, \sigma_2 = e^{-6}`.
+
+Likelihoods: regression :math:`y \sim \mathcal N(f(x), \sigma^2)` with :math:`\sigma` fixed (option
+``noise``) or :math:`\sigma \sim \mathrm{HalfNormal}(1)`; heteroscedastic regression, where the net has
+two outputs :math:`(f, g)` and :math:`\sigma(x) = \mathrm{softplus}(g(x)) + 10^{-3}`; classification
+:math:`y \sim \mathrm{Categorical}(\mathrm{softmax}(f(x)))`.
+
+Sample sites are named by layer: ``layer0.weight`` (shape (out, in)), ``layer0.bias`` (out,), ...
+Inputs and (for regression) targets are standardised by :func:`pyro_bdl.fit` on the training data.
+
+Example
+-------
+>>> import torch, pyro
+>>> X = torch.randn(5, 3)
+>>> y = bnn_regressor(X, hidden=(4,), noise=0.1)
+>>> y.shape
+torch.Size([5])
+>>> tr = pyro.poutine.trace(bnn_classifier).get_trace(X, num_classes=3, hidden=(4,))
+>>> [n for n in tr.nodes if n.startswith("layer")]
+['layer0.weight', 'layer0.bias', 'layer1.weight', 'layer1.bias']
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+
+__all__ = ["bbb_guide", "sample_layers", "forward", "bnn_regressor", "bnn_classifier", "ACTIVATIONS", "PRIORS"]
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid}
+
+#: Blundell et al.'s scale mixture: pi, sigma_1, sigma_2.
+SCALE_MIXTURE = (0.5, 1.0, math.exp(-6.0))
+
+
+def _prior(kind: str, scale: float, shape, like: torch.Tensor):
+    if kind == "normal":
+        return dist.Normal(like.new_zeros(shape), scale).to_event(len(shape))
+    if kind == "scale-mixture":
+        pi, s1, s2 = SCALE_MIXTURE
+        mix = dist.Categorical(like.new_tensor([pi, 1.0 - pi]))
+        comp = dist.Normal(like.new_zeros(2), like.new_tensor([s1, s2]))
+        return dist.MixtureSameFamily(mix, comp).expand(shape).to_event(len(shape))
+    raise ValueError(f"unknown prior '{kind}'; choose one of: {', '.join(PRIORS)}")
+
+
+PRIORS = ("normal", "scale-mixture")
+
+
+def sample_layers(d_in: int, widths, prior: str = "normal", prior_scale: float = 1.0, like=None) -> list:
+    """Sample every layer's (W, b): W_l (out, in), b_l (out,)."""
+    like = torch.zeros(()) if like is None else like
+    layers = []
+    sizes = [d_in, *widths]
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        # W_l ~ p(W), sd s / sqrt(fan_in) under the normal prior;  b_l ~ p(b)
+        w_scale = prior_scale / math.sqrt(fan_in) if prior == "normal" else 1.0
+        W = pyro.sample(f"layer{layer}.weight", _prior(prior, w_scale, (fan_out, fan_in), like))
+        b = pyro.sample(f"layer{layer}.bias", _prior(prior, prior_scale, (fan_out,), like))
+        layers.append((W, b))
+    return layers
+
+
+def forward(h: torch.Tensor, layers: list, activation: str = "relu") -> torch.Tensor:
+    """h_{l+1} = a(W_l h_l + b_l), no activation after the last layer. ``h``: (n, d) -> (n, out)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    act = ACTIVATIONS[activation]
+    for layer, (W, b) in enumerate(layers):
+        h = h @ W.transpose(-1, -2) + b
+        if layer < len(layers) - 1:
+            h = act(h)
+    return h
+
+
+def _hidden(hidden) -> tuple:
+    if isinstance(hidden, str):
+        hidden = [int(v) for v in hidden.replace("x", ",").split(",") if v.strip()]
+    hidden = tuple(int(v) for v in hidden)
+    if any(v <= 0 for v in hidden):
+        raise ValueError(f"hidden widths must be positive, got {hidden}")
+    return hidden
+
+
+def bnn_regressor(X, y=None, hidden=(50,), activation="relu", prior="normal", prior_scale=1.0,
+                  likelihood="homoscedastic", noise=None, batch_size=None):
+    """BNN regression. ``X``: (n, d), ``y``: (n,). Returns y (n,) (or the minibatch's)."""
+    hidden = _hidden(hidden)
+    if likelihood not in ("homoscedastic", "heteroscedastic"):
+        raise ValueError(f"unknown likelihood '{likelihood}'; choose homoscedastic or heteroscedastic")
+    outputs = 2 if likelihood == "heteroscedastic" else 1
+    layers = sample_layers(X.shape[-1], (*hidden, outputs), prior, prior_scale, X)
+    if likelihood == "homoscedastic":
+        # sigma ~ HalfNormal(1) (targets are standardised), unless the noise is fixed
+        sigma = pyro.sample("sigma", dist.HalfNormal(X.new_ones(()))) if noise is None else noise
+    with pyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
+        f = forward(X[idx], layers, activation)
+        if likelihood == "heteroscedastic":
+            mean, sigma = f[..., 0], F.softplus(f[..., 1]) + 1e-3  # sigma(x) = softplus(g(x)) + 1e-3
+        else:
+            mean = f[..., 0]
+        # y_i ~ N(f(x_i), sigma^2)
+        return pyro.sample("y", dist.Normal(mean, sigma), obs=None if y is None else y[idx])
+
+
+def bnn_classifier(X, y=None, num_classes=None, hidden=(50,), activation="relu", prior="normal", prior_scale=1.0,
+                   batch_size=None):
+    """BNN classification. ``X``: (n, d), ``y``: (n,) integer labels in [0, num_classes)."""
+    hidden = _hidden(hidden)
+    if num_classes is None:
+        raise ValueError("bnn_classifier needs num_classes")
+    layers = sample_layers(X.shape[-1], (*hidden, int(num_classes)), prior, prior_scale, X)
+    with pyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
+        logits = forward(X[idx], layers, activation)
+        # y_i ~ Categorical(softmax(f(x_i)))
+        return pyro.sample("y", dist.Categorical(logits=logits), obs=None if y is None else y[idx].long())
+
+
+# --------------------------------------------------------------------------- registry
+
+def _parse_hidden(text: str):
+    return _hidden(text)
+
+
+def _num_classes(dataset) -> dict:
+    return {"num_classes": int(dataset.y.max()) + 1}
+
+
+def _check_labels(dataset) -> None:
+    from pyro_bdl.data import DataError
+
+    y = dataset.y
+    if not torch.equal(y, y.round()) or bool((y < 0).any()):
+        bad = y[(y != y.round()) | (y < 0)][:5].tolist()
+        raise DataError(f"{dataset.name}: class labels in '{dataset.target_name}' must be integers 0, 1, ...; "
+                        f"found {', '.join(f'{v:g}' for v in bad)}")
+
+
+def bbb_guide(model, init_scale: float = 1e-2):
+    """The Bayes by Backprop guide (Blundell et al. 2015): q(w) = N(mu, softplus(rho)^2) per weight,
+    mu started at a prior draw (a symmetric start would make every hidden unit the same), sigma
+    started small so training begins near a point estimate."""
+    from pyro.infer.autoguide import init_to_sample
+
+    from pyro_bdl.inference.guides import MeanFieldGuide
+
+    return MeanFieldGuide(model, init_scale=init_scale, init_loc_fn=init_to_sample, prefix="bbb")
+
+
+def _register():
+    from pyro.infer.autoguide import init_to_sample
+
+    from pyro_bdl.data import check_has_features
+    from pyro_bdl.registry import ModelSpec, Option, register
+
+    common = {
+        "hidden": Option((50,), "hidden layer widths, e.g. 50 or 50,50", _parse_hidden),
+        "activation": Option("relu", f"one of {', '.join(ACTIVATIONS)}", str),
+        "prior": Option("normal", "normal (sd prior_scale / sqrt(fan_in)) or scale-mixture (Blundell)", str),
+        "prior_scale": Option(1.0, "prior sd s of the normal prior"),
+    }
+    bnn_methods = ("svi", "svi-meanfield", "nuts", "hmc", "map", "mle")
+    register(ModelSpec(
+        name="bnn-regressor",
+        model=bnn_regressor,
+        summary="Bayesian MLP regression, N(f(x), sigma^2) or heteroscedastic (inputs/targets standardised)",
+        math=("Bayesian neural network regression: an MLP f with weights W_l ~ N(0, s^2/fan_in) (or Blundell's "
+              "scale-mixture prior) and biases b_l ~ N(0, s^2); y_i ~ N(f(x_i), sigma^2) with sigma fixed or "
+              "HalfNormal(1), or heteroscedastic with sigma(x) = softplus(g(x)) from a second output. Inputs and "
+              "targets are standardised on the training data; predictions are in the original units."),
+        options={**common,
+                 "likelihood": Option("homoscedastic", "homoscedastic or heteroscedastic", str),
+                 "noise": Option(None, "fixed noise sd in standardised units; omit to infer it", lambda t: None
+                                 if t.lower() in ("", "none") else float(t))},
+        sites=("layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "sigma"),
+        methods=bnn_methods,
+        default_data="sine",
+        check_data=check_has_features,
+        task="regression",
+        standardize=True,
+        guides={"bbb": bbb_guide},
+        default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
+        init_loc_fn=init_to_sample,
+    ))
+    register(ModelSpec(
+        name="bnn-classifier",
+        model=bnn_classifier,
+        summary="Bayesian MLP classification, Categorical(softmax(f(x))) (inputs standardised)",
+        math=("Bayesian neural network classification: an MLP f with weights W_l ~ N(0, s^2/fan_in) (or Blundell's "
+              "scale-mixture prior) and biases b_l ~ N(0, s^2); y_i ~ Categorical(softmax(f(x_i))). Inputs are "
+              "standardised on the training data; the number of classes defaults to max label + 1."),
+        options={**common, "num_classes": Option(None, "number of classes (default: from the training labels)", int)},
+        sites=("layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias"),
+        methods=bnn_methods,
+        default_data="digits",
+        check_data=lambda ds: (check_has_features(ds), _check_labels(ds)),
+        task="classification",
+        standardize=True,
+        infer_options=_num_classes,
+        guides={"bbb": bbb_guide},
+        default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
+        init_loc_fn=init_to_sample,
+    ))
+
+
+_register()

@@ -1,0 +1,448 @@
+"""Data sets for the Bayesian neural networks: a 1-D curve with a gap, digits, the UCI benchmark.
+
+* :class:`Standardizer`: per-column mean and sd of the training inputs (and targets), so that
+  models work in standardised units and predictions go back to the original ones.
+* ``sine`` (embedded): 200 noisy points of a smooth curve with an empty interval
+  :data:`SINE_GAP` in the middle; :func:`sine_grid` spans beyond the data for plots.
+* ``digits`` (embedded): scikit-learn's 8x8 digits; :func:`digits_split` gives a fixed
+  stratified train/test split and :func:`digits_ood` out-of-distribution inputs.
+* :func:`load_uci`: one split of a UCI regression benchmark folder (the layout of the MC
+  dropout experiments), in original units.
+
+Example
+-------
+>>> from pyro_bdl.datasets import SINE_GAP, Standardizer, digits_ood, digits_split, sine_grid
+>>> from pyro_bdl.data import load
+>>> sine = load("sine")
+>>> sine.X.shape, sine.y.shape, SINE_GAP
+(torch.Size([200, 1]), torch.Size([200]), (-0.2, 0.2))
+>>> bool(((sine.X > SINE_GAP[0]) & (sine.X < SINE_GAP[1])).any())
+False
+>>> sine_grid(50).shape
+torch.Size([50, 1])
+>>> std = Standardizer.fit(sine.X, sine.y)
+>>> z = std.transform_y(sine.y)
+>>> round(float(z.mean()), 4) == 0.0, round(float(z.std(unbiased=False)), 4)
+(True, 1.0)
+>>> bool(torch.allclose(std.inverse_y_mean(z), sine.y, atol=1e-5))
+True
+>>> train, test = digits_split()
+>>> len(train), len(test), train.X.shape[1]
+(1347, 450, 64)
+>>> digits_ood(test, "inverted").X.shape, digits_ood(test, "inverted").y is None
+(torch.Size([450, 64]), True)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data import DataError, Dataset, from_frame
+
+__all__ = [
+    "Standardizer",
+    "SINE_GAP",
+    "SINE_RANGE",
+    "SINE_NOISE",
+    "sine_curve",
+    "sine_frame",
+    "sine_grid",
+    "DIGITS_OOD_KINDS",
+    "digits_frame",
+    "digits_split",
+    "digits_ood",
+    "load_uci",
+    "uci_splits",
+]
+
+
+# --------------------------------------------------------------------------- standardising
+
+
+def _as_2d(X: torch.Tensor, what: str) -> torch.Tensor:
+    X = torch.as_tensor(X)
+    if X.dim() != 2:
+        raise DataError(f"{what} must have shape (n, d), got {tuple(X.shape)}")
+    return X
+
+
+@dataclass
+class Standardizer:
+    """Per-column mean and sd of training inputs ``X`` (d,) and of the target ``y`` (scalars).
+
+    Fit it on the training data only, then apply it to training and test data alike.  A constant
+    column (sd 0, e.g. columns 8 and 11 of UCI naval) gets sd 1, so it is centred, not divided
+    by zero.  ``y_mean``/``y_sd`` are None when fitted without a target (classification).
+
+    >>> X = torch.tensor([[1.0, 5.0], [3.0, 5.0]])
+    >>> s = Standardizer.fit(X, torch.tensor([10.0, 20.0]))
+    >>> s.transform_X(X)
+    tensor([[-1.,  0.],
+            [ 1.,  0.]])
+    >>> s.x_sd.tolist(), s.y_mean, s.y_sd, round(s.log_density_shift(), 4)
+    ([1.0, 1.0], 15.0, 5.0, -1.6094)
+    >>> Standardizer.from_dict(s.to_dict()) == s
+    True
+    """
+
+    x_mean: torch.Tensor
+    x_sd: torch.Tensor
+    y_mean: float | None = None
+    y_sd: float | None = None
+
+    @classmethod
+    def fit(cls, X: torch.Tensor, y: torch.Tensor | None = None) -> Standardizer:
+        """Mean and (population) sd of each column of ``X`` (n, d), and of ``y`` (n,) if given."""
+        X = _as_2d(X, "X")
+        if X.shape[0] == 0:
+            raise DataError("cannot fit a Standardizer on 0 rows")
+        x = X.detach().to(torch.float64)
+        if not torch.isfinite(x).all():
+            raise DataError(f"X holds {int((~torch.isfinite(x)).sum())} NaN or infinite value(s)")
+        x_mean = x.mean(0)
+        x_sd = x.std(0, unbiased=False)
+        # exactly constant columns get sd 1 (tested on max == min, not on a rounding-noisy sd)
+        x_sd = torch.where(x.amax(0) == x.amin(0), torch.ones_like(x_sd), x_sd)
+        y_mean = y_sd = None
+        if y is not None:
+            t = torch.as_tensor(y).detach().to(torch.float64)
+            if t.shape != (X.shape[0],):
+                raise DataError(f"y must have shape ({X.shape[0]},) to match X, got {tuple(t.shape)}")
+            if not torch.isfinite(t).all():
+                raise DataError(f"y holds {int((~torch.isfinite(t)).sum())} NaN or infinite value(s)")
+            y_mean = float(t.mean())
+            y_sd = 1.0 if float(t.max()) == float(t.min()) else float(t.std(unbiased=False))
+        return cls(x_mean, x_sd, y_mean, y_sd)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Standardizer):
+            return NotImplemented
+        return (
+            torch.equal(self.x_mean, other.x_mean)
+            and torch.equal(self.x_sd, other.x_sd)
+            and self.y_mean == other.y_mean
+            and self.y_sd == other.y_sd
+        )
+
+    def _need_y(self) -> None:
+        if self.y_mean is None or self.y_sd is None:
+            raise DataError("this Standardizer was fitted without a target y; it cannot transform targets")
+
+    def transform_X(self, X: torch.Tensor) -> torch.Tensor:
+        """``(X - mean) / sd`` column by column: (n, d) -> (n, d), in X's dtype."""
+        X = _as_2d(X, "X")
+        if X.shape[1] != self.x_mean.shape[0]:
+            raise DataError(
+                f"X has {X.shape[1]} column(s) but the Standardizer was fitted on {self.x_mean.shape[0]}"
+            )
+        return (X - self.x_mean.to(X.dtype)) / self.x_sd.to(X.dtype)
+
+    def transform_y(self, y: torch.Tensor) -> torch.Tensor:
+        """``(y - y_mean) / y_sd``: any shape in, same shape out."""
+        self._need_y()
+        return (y - self.y_mean) / self.y_sd
+
+    def inverse_y_mean(self, m: torch.Tensor) -> torch.Tensor:
+        """A mean (or a draw, a quantile) in standardised units back to original units: ``m * y_sd + y_mean``."""
+        self._need_y()
+        return m * self.y_sd + self.y_mean
+
+    def inverse_y_sd(self, s: torch.Tensor) -> torch.Tensor:
+        """A standard deviation (or an RMSE) in standardised units back to original units: ``s * y_sd``."""
+        self._need_y()
+        return s * self.y_sd
+
+    def log_density_shift(self) -> float:
+        """``-log(y_sd)``: add it to a log-likelihood per point in standardised units to get original units."""
+        self._need_y()
+        return -math.log(self.y_sd)
+
+    def transform(self, ds: Dataset) -> Dataset:
+        """A :class:`Dataset` with standardised ``X`` (and ``y``, when fitted with a target)."""
+        y = ds.y
+        if y is not None and self.y_mean is not None:
+            y = self.transform_y(y)
+        return Dataset(ds.name, self.transform_X(ds.X), y, list(ds.feature_names), ds.target_name)
+
+    def to_dict(self) -> dict:
+        """Plain lists and floats (JSON-ready, e.g. for NetCDF attributes)."""
+        return {
+            "x_mean": [float(v) for v in self.x_mean.tolist()],
+            "x_sd": [float(v) for v in self.x_sd.tolist()],
+            "y_mean": self.y_mean,
+            "y_sd": self.y_sd,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Standardizer:
+        """The inverse of :meth:`to_dict`."""
+        missing = [k for k in ("x_mean", "x_sd") if k not in d]
+        if missing:
+            raise DataError(f"Standardizer dict lacks {', '.join(missing)}")
+        x_mean = torch.tensor(d["x_mean"], dtype=torch.float64)
+        x_sd = torch.tensor(d["x_sd"], dtype=torch.float64)
+        if x_mean.dim() != 1 or x_mean.shape != x_sd.shape:
+            raise DataError(
+                f"Standardizer dict: x_mean and x_sd must be lists of equal length, got "
+                f"{tuple(x_mean.shape)} and {tuple(x_sd.shape)}"
+            )
+        if (x_sd <= 0).any():
+            raise DataError("Standardizer dict: every x_sd must be positive")
+        y_mean, y_sd = d.get("y_mean"), d.get("y_sd")
+        if (y_mean is None) != (y_sd is None):
+            raise DataError("Standardizer dict: y_mean and y_sd must both be given or both be None")
+        if y_sd is not None and not y_sd > 0:
+            raise DataError(f"Standardizer dict: y_sd must be positive, got {y_sd}")
+        return cls(x_mean, x_sd, None if y_mean is None else float(y_mean), None if y_sd is None else float(y_sd))
+
+
+# --------------------------------------------------------------------------- sine with a gap
+
+#: The empty interval of the ``sine`` inputs: no x lies strictly inside it.
+SINE_GAP: tuple[float, float] = (-0.2, 0.2)
+#: The data's input range: x lies in [-1, -0.2] U [0.2, 1].
+SINE_RANGE: tuple[float, float] = (-1.0, 1.0)
+#: The sd of the additive Gaussian noise.
+SINE_NOISE: float = 0.05
+
+
+def sine_curve(x):
+    """The noise-free curve ``f(x) = x + 0.3 sin(pi x) + 0.3 sin(2 pi x)``: Blundell et al.'s shape
+    stretched over [-1, 1] (half their frequencies, so a 1-50-1 network can follow it).
+
+    Works on tensors and numpy arrays of any shape.
+    """
+    sin = torch.sin if isinstance(x, torch.Tensor) else np.sin
+    return x + 0.3 * sin(math.pi * x) + 0.3 * sin(2 * math.pi * x)
+
+
+def sine_frame() -> pd.DataFrame:
+    """The embedded ``sine`` table: 200 rows, columns ``x`` and ``y = f(x) + N(0, SINE_NOISE^2)``.
+
+    100 inputs uniform on [-1, -0.2] and 100 on [0.2, 1] (fixed seed, rows in random order).
+    """
+    rng = np.random.default_rng(20150520)
+    lo, hi = SINE_GAP
+    x = np.concatenate([rng.uniform(SINE_RANGE[0], lo, 100), rng.uniform(hi, SINE_RANGE[1], 100)])
+    x = x[rng.permutation(x.size)].astype(np.float32)
+    y = sine_curve(x.astype(np.float64)) + SINE_NOISE * rng.normal(size=x.size)
+    return pd.DataFrame({"x": x, "y": y})
+
+
+def sine_grid(n: int = 200) -> torch.Tensor:
+    """``n`` evenly spaced inputs on [-1.5, 1.5] (beyond the data on both sides), shape (n, 1)."""
+    if int(n) < 2:
+        raise ValueError(f"sine_grid needs n >= 2, got {n}")
+    return torch.linspace(-1.5, 1.5, int(n)).unsqueeze(1)
+
+
+# --------------------------------------------------------------------------- digits
+
+#: The kinds of out-of-distribution inputs :func:`digits_ood` makes.
+DIGITS_OOD_KINDS = ("rotated", "noise", "inverted")
+
+
+def digits_frame() -> pd.DataFrame:
+    """scikit-learn's digits as a table: ``pixel_0_0`` ... ``pixel_7_7`` (0..16) and ``target`` (0..9)."""
+    from sklearn.datasets import load_digits
+
+    return load_digits(as_frame=True).frame.copy()
+
+
+def digits_split(test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
+    """A fixed stratified split of the digits: (train, test), each with X (n, 64) and y (n,).
+
+    ``y`` holds the labels 0..9 as float32, as :func:`pyro_bdl.data.load` gives them (``y.long()``
+    for indexing).  The defaults give 1347 training and 450 test rows.
+    """
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    full = from_frame(digits_frame(), "target", name="digits")
+    rows = np.arange(len(full))
+    try:
+        train, test = train_test_split(
+            rows, test_size=float(test_fraction), random_state=int(seed), stratify=full.y.numpy()
+        )
+    except ValueError as exc:
+        raise ValueError(f"cannot split the digits with test_fraction={test_fraction}: {exc}") from None
+    train, test = torch.as_tensor(np.sort(train)), torch.as_tensor(np.sort(test))
+
+    def part(idx, label):
+        return Dataset(f"digits-{label}", full.X[idx], full.y[idx], list(full.feature_names), full.target_name)
+
+    return part(train, "train"), part(test, "test")
+
+
+def digits_ood(test: Dataset, kind: str, seed: int = 0) -> Dataset:
+    """Out-of-distribution inputs made from the images of ``test`` (X (n, 64)): a Dataset with y None.
+
+    ``kind``: ``"rotated"`` (each 8x8 image turned 90 degrees anticlockwise), ``"noise"`` (n
+    images of independent uniform integer pixels 0..16, from ``seed``), or ``"inverted"``
+    (16 - pixel).  Values stay in 0..16, and the feature names are the test set's.
+    """
+    if kind not in DIGITS_OOD_KINDS:
+        raise ValueError(f"unknown OOD kind {kind!r}; choose one of: {', '.join(DIGITS_OOD_KINDS)}")
+    X = test.X
+    if X.dim() != 2 or X.shape[1] != 64:
+        raise DataError(f"{test.name}: digits_ood needs 8x8 images as X of shape (n, 64), got {tuple(X.shape)}")
+    n = X.shape[0]
+    if kind == "rotated":
+        out = torch.rot90(X.reshape(n, 8, 8), k=1, dims=(1, 2)).reshape(n, 64)
+    elif kind == "noise":
+        rng = np.random.default_rng(seed)
+        out = torch.as_tensor(rng.integers(0, 17, size=(n, 64)), dtype=X.dtype)
+    else:
+        out = 16 - X
+    return Dataset(f"{test.name}-ood-{kind}", out.contiguous(), None, list(test.feature_names), None)
+
+
+# --------------------------------------------------------------------------- UCI benchmark
+
+
+def _need_file(folder: Path, name: str) -> Path:
+    path = folder / name
+    if not path.is_file():
+        raise DataError(f"{folder}: missing file {name} (expected the UCI benchmark layout: data.txt, "
+                        f"index_features.txt, index_target.txt, index_train_K.txt, index_test_K.txt)")
+    return path
+
+
+def _read_indices(path: Path) -> np.ndarray:
+    """0-based integer indices, whitespace or newline separated."""
+    tokens = path.read_text().split()
+    if not tokens:
+        raise DataError(f"{path}: holds no indices")
+    out = []
+    for tok in tokens:
+        try:
+            value = int(tok)
+        except ValueError:
+            try:
+                as_float = float(tok)
+            except ValueError:
+                as_float = math.nan
+            if not (math.isfinite(as_float) and as_float.is_integer()):
+                raise DataError(f"{path}: {tok!r} is not an integer index") from None
+            value = int(as_float)
+        out.append(value)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _check_range(idx: np.ndarray, size: int, path: Path, what: str) -> None:
+    bad = idx[(idx < 0) | (idx >= size)]
+    if bad.size:
+        shown = ", ".join(map(str, bad[:5].tolist())) + (" ..." if bad.size > 5 else "")
+        raise DataError(f"{path}: {bad.size} {what} index(es) out of range ({shown}); data.txt has {size} {what}s "
+                        f"(valid: 0..{size - 1})")
+
+
+def _read_matrix(path: Path) -> np.ndarray:
+    """data.txt: whitespace-separated numbers, one row a line, all rows the same length."""
+    rows = [line.split() for line in path.read_text().splitlines()]
+    rows = [(i + 1, r) for i, r in enumerate(rows) if r]
+    if not rows:
+        raise DataError(f"{path}: the file is empty")
+    width = len(rows[0][1])
+    for line_no, r in rows:
+        if len(r) != width:
+            raise DataError(f"{path}: line {line_no} has {len(r)} value(s), line {rows[0][0]} has {width}")
+    flat = [tok for _, r in rows for tok in r]
+    try:
+        return np.asarray(flat, dtype=np.float64).reshape(len(rows), width)
+    except ValueError:
+        for k, tok in enumerate(flat):
+            try:
+                float(tok)
+            except ValueError:
+                raise DataError(f"{path}: line {rows[k // width][0]} holds {tok!r}, not a number") from None
+        raise
+
+
+def uci_splits(folder: str | Path) -> int:
+    """How many train/test splits a UCI benchmark folder has.
+
+    From ``n_splits.txt`` when present, otherwise by counting the ``index_train_K.txt`` files.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder (expected a UCI benchmark folder with data.txt and index files)")
+    n_file = folder / "n_splits.txt"
+    if n_file.is_file():
+        text = n_file.read_text().split()
+        if len(text) != 1 or not text[0].isdigit() or int(text[0]) < 1:
+            raise DataError(f"{n_file}: expected one positive integer, found {' '.join(text)!r}")
+        return int(text[0])
+    found = [p for p in folder.iterdir() if re.fullmatch(r"index_train_\d+\.txt", p.name)]
+    if not found:
+        raise DataError(f"{folder}: no splits (neither n_splits.txt nor any index_train_K.txt file)")
+    return len(found)
+
+
+def load_uci(folder: str | Path, split: int = 0) -> tuple[Dataset, Dataset]:
+    """Split ``split`` of a UCI regression benchmark folder: (train, test) in ORIGINAL units.
+
+    The folder holds ``data.txt`` (whitespace-separated rows), ``index_features.txt`` and
+    ``index_target.txt`` (0-based column indices; exactly one target), and
+    ``index_train_K.txt`` / ``index_test_K.txt`` (0-based row indices of split K).  Each part has
+    X (n, d) float32 with feature names ``x0`` ... ``x{d-1}`` (in index_features order) and
+    y (n,) named ``y``.  Standardise with :class:`Standardizer` fitted on the training part.
+    """
+    folder = Path(folder)
+    n_splits = uci_splits(folder)  # also checks the folder exists
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
+        raise TypeError(f"split must be an integer, not {type(split).__name__}")
+    if not 0 <= split < n_splits:
+        raise DataError(f"{folder}: split {split} out of range; there are {n_splits} splits (0..{n_splits - 1})")
+    split = int(split)
+    data_path = _need_file(folder, "data.txt")
+    feat_path = _need_file(folder, "index_features.txt")
+    targ_path = _need_file(folder, "index_target.txt")
+    train_path = _need_file(folder, f"index_train_{split}.txt")
+    test_path = _need_file(folder, f"index_test_{split}.txt")
+
+    data = _read_matrix(data_path)
+    n_rows, n_cols = data.shape
+    features = _read_indices(feat_path)
+    target = _read_indices(targ_path)
+    if target.size != 1:
+        raise DataError(f"{targ_path}: holds {target.size} indices; expected exactly one target column")
+    _check_range(features, n_cols, feat_path, "column")
+    _check_range(target, n_cols, targ_path, "column")
+    if int(target[0]) in features.tolist():
+        raise DataError(f"{feat_path}: lists the target column {int(target[0])} as a feature")
+    train = _read_indices(train_path)
+    test = _read_indices(test_path)
+    _check_range(train, n_rows, train_path, "row")
+    _check_range(test, n_rows, test_path, "row")
+    both = np.intersect1d(train, test)
+    if both.size:
+        shown = ", ".join(map(str, both[:5].tolist())) + (" ..." if both.size > 5 else "")
+        raise DataError(f"{folder}: split {split} puts {both.size} row(s) in both train and test ({shown})")
+
+    used = np.concatenate([features, target])
+    sub = data[:, used]
+    bad = ~np.isfinite(sub)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise DataError(
+            f"{data_path}: {int(bad.sum())} NaN or infinite value(s) in the used columns, first at row "
+            f"{int(r)}, column {int(used[c])} (0-based)"
+        )
+
+    names = [f"x{i}" for i in range(features.size)]
+
+    def part(rows, label):
+        X = torch.tensor(data[np.ix_(rows, features)], dtype=torch.float32)
+        y = torch.tensor(data[rows, int(target[0])], dtype=torch.float32)
+        return Dataset(f"{folder.name}[split {split}] {label}", X, y, list(names), "y")
+
+    return part(train, "train"), part(test, "test")
