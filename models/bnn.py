@@ -141,6 +141,11 @@ def _parse_hidden(text: str):
     return _hidden(text)
 
 
+def _hidden_weight(site: str) -> bool:
+    """The weight matrices whose inputs are hidden units: layer1.weight, layer2.weight, ..."""
+    return site.endswith(".weight") and site != "layer0.weight"
+
+
 def _num_classes(dataset) -> dict:
     return {"num_classes": int(dataset.y.max()) + 1}
 
@@ -178,7 +183,9 @@ def _register():
         "prior": Option("normal", "normal (sd prior_scale / sqrt(fan_in)) or scale-mixture (Blundell)", str),
         "prior_scale": Option(1.0, "prior sd s of the normal prior"),
     }
-    bnn_methods = ("svi", "svi-meanfield", "nuts", "hmc", "map", "mle")
+    bnn_methods = ("svi", "svi-meanfield", "nuts", "hmc", "map", "mle", "mc-dropout", "ensemble")
+    # MC dropout drops the input units of every layer after the first (the hidden units)
+    dropout = {"mc-dropout": {"dropout_sites": _hidden_weight}}
     register(ModelSpec(
         name="bnn-regressor",
         model=bnn_regressor,
@@ -200,6 +207,7 @@ def _register():
         guides={"bbb": bbb_guide},
         default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
         init_loc_fn=init_to_sample,
+        method_kwargs=dropout,
     ))
     register(ModelSpec(
         name="bnn-classifier",
@@ -219,6 +227,7 @@ def _register():
         guides={"bbb": bbb_guide},
         default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
         init_loc_fn=init_to_sample,
+        method_kwargs=dropout,
     ))
 
 

@@ -58,7 +58,9 @@ def to_inference_data(result) -> az.InferenceData:
         sample_stats=dict(result.sample_stats) or None,
     )
     if result.losses is not None:
-        loss = xr.Dataset({"loss": ("step", np.asarray(result.losses, dtype=float))})
+        losses = np.asarray(result.losses, dtype=float)
+        dims = ("step",) if losses.ndim == 1 else ("member", "step")  # ensembles: one loss trace per member
+        loss = xr.Dataset({"loss": (dims, losses)})
         idata.add_groups(sample_stats=loss)
     for group in idata.groups():
         idata[group].attrs.update(attrs)

@@ -15,7 +15,7 @@ Example
 >>> from pyro_bdl.data import load
 >>> sine = load("sine")
 >>> sine.X.shape, sine.y.shape, SINE_GAP
-(torch.Size([200, 1]), torch.Size([200]), (-0.2, 0.2))
+(torch.Size([200, 1]), torch.Size([200]), (-0.4, 0.4))
 >>> bool(((sine.X > SINE_GAP[0]) & (sine.X < SINE_GAP[1])).any())
 False
 >>> sine_grid(50).shape
@@ -206,8 +206,8 @@ class Standardizer:
 # --------------------------------------------------------------------------- sine with a gap
 
 #: The empty interval of the ``sine`` inputs: no x lies strictly inside it.
-SINE_GAP: tuple[float, float] = (-0.2, 0.2)
-#: The data's input range: x lies in [-1, -0.2] U [0.2, 1].
+SINE_GAP: tuple[float, float] = (-0.4, 0.4)
+#: The data's input range: x lies in [-1, -0.4] U [0.4, 1].
 SINE_RANGE: tuple[float, float] = (-1.0, 1.0)
 #: The sd of the additive Gaussian noise.
 SINE_NOISE: float = 0.05
@@ -226,7 +226,7 @@ def sine_curve(x):
 def sine_frame() -> pd.DataFrame:
     """The embedded ``sine`` table: 200 rows, columns ``x`` and ``y = f(x) + N(0, SINE_NOISE^2)``.
 
-    100 inputs uniform on [-1, -0.2] and 100 on [0.2, 1] (fixed seed, rows in random order).
+    100 inputs uniform on [-1, -0.4] and 100 on [0.4, 1] (fixed seed, rows in random order).
     """
     rng = np.random.default_rng(20150520)
     lo, hi = SINE_GAP

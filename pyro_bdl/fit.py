@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pyro
 import torch
 
@@ -146,8 +147,10 @@ def fit(
     if spec is not None and method.takes_guide:
         guide = _model_guide(spec, inference, guide, bound)
     extra = {"guide": guide} if method.takes_guide else {}
-    if spec is not None and spec.init_loc_fn is not None and method.family in ("svi", "point"):
+    if spec is not None and spec.init_loc_fn is not None and method.family in ("svi", "point", "ensemble"):
         extra["init_loc_fn"] = spec.init_loc_fn
+    if spec is not None:
+        extra.update(spec.method_kwargs.get(inference, {}))
     saver = None
     if checkpoint is not None and method.resumable:
         saver = Checkpoint(checkpoint, fingerprint(
@@ -196,7 +199,11 @@ def _model_guide(spec: ModelSpec, inference: str, guide, bound):
 def _diagnose(result: FitResult, family: str) -> None:
     """Check the fit and record the diagnostics in ``result.info`` (warnings name what is wrong)."""
     if result.losses is not None:
-        result.info.update(svi_report(result.losses))
+        losses = np.asarray(result.losses, dtype=float)
+        # an ensemble is judged by its worst member
+        reports = [svi_report(row, warn=False) for row in np.atleast_2d(losses)]
+        worst = min(range(len(reports)), key=lambda i: (reports[i]["settled"], reports[i]["final_elbo"]))
+        result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])]))
     if family == "mcmc":
         result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
     if family == "importance":

@@ -12,18 +12,22 @@ __all__ = ["plot_loss", "plot_trace", "plot_posterior", "write_plots"]
 
 
 def plot_loss(losses, path: Path) -> None:
-    """The SVI loss (negative ELBO) per step, with a running median to show the trend."""
-    losses = np.asarray(losses, dtype=float)
+    """The loss (negative ELBO) per step with a running median; one line per ensemble member."""
+    rows = np.atleast_2d(np.asarray(losses, dtype=float))
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(losses, lw=0.5, alpha=0.5, label="loss")
-    k = max(len(losses) // 50, 1)
-    if len(losses) > k:
-        trend = np.array([np.median(losses[max(0, i - k) : i + 1]) for i in range(len(losses))])
-        ax.plot(trend, lw=1.5, label=f"running median ({k} steps)")
-    low, high = np.nanpercentile(losses, [1, 99]) if np.isfinite(losses).any() else (0, 1)
+    for i, row in enumerate(rows):
+        row = row[np.isfinite(row)]
+        label = "" if len(rows) == 1 else f" (member {i})"
+        ax.plot(row, lw=0.5, alpha=0.5, label="loss" + label if len(rows) == 1 else None)
+        k = max(len(row) // 50, 1)
+        if len(row) > k:
+            trend = np.array([np.median(row[max(0, j - k) : j + 1]) for j in range(len(row))])
+            ax.plot(trend, lw=1.5, label=f"running median ({k} steps){label}")
+    finite = rows[np.isfinite(rows)]
+    low, high = np.percentile(finite, [1, 99]) if finite.size else (0, 1)
     ax.set_ylim(low - 0.05 * (high - low + 1e-9), high + 0.05 * (high - low + 1e-9))
-    ax.set(xlabel="step", ylabel="loss = -ELBO", title="SVI loss")
-    ax.legend()
+    ax.set(xlabel="step", ylabel="loss = -ELBO", title="training loss")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

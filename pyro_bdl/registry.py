@@ -61,6 +61,8 @@ class ModelSpec:
         training data decide (e.g. the number of classes).
     init_loc_fn : where optimisation-based methods start (a Pyro init strategy); None keeps
         each guide's default.
+    method_kwargs : inference method -> extra runner arguments only the model can supply
+        (e.g. which sites MC dropout drops).
     """
 
     name: str
@@ -82,6 +84,7 @@ class ModelSpec:
     standardize: bool = False
     infer_options: Callable | None = None
     init_loc_fn: Callable | None = None
+    method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""

@@ -6,6 +6,7 @@ import arviz as az
 import pytest
 
 import pyro_bdl
+import pyro_bdl.datasets
 from pyro_bdl.inference import METHODS
 
 #: Very short runs: these tests check structure, not accuracy.
@@ -14,8 +15,14 @@ QUICK = {
     "bbvi": {"steps": 30, "samples": 50, "particles": 2}, "map": {"steps": 100}, "mle": {"steps": 100},
     "nuts": {"samples": 60, "warmup": 40}, "hmc": {"samples": 60, "warmup": 40},
     "metropolis": {"samples": 100, "warmup": 100}, "importance": {"samples": 200},
+    "mc-dropout": {"steps": 100, "samples": 20}, "ensemble": {"steps": 100, "members": 2},
 }
-CASES = [(model, method) for model in ("blr", "coin") for method in pyro_bdl.get_model(model).methods]
+#: Every method each model supports; the networks only on their cheapest setting (hidden=5).
+CASES = [(model, method) for model in ("blr", "coin") for method in pyro_bdl.get_model(model).methods] + [
+    ("bnn-regressor", method) for method in pyro_bdl.get_model("bnn-regressor").methods
+    if method not in ("nuts", "hmc")
+] + [("bnn-classifier", "mc-dropout"), ("bnn-classifier", "ensemble")]
+SMALL_NET = {"hidden": "5"}
 
 
 def test_every_method_has_quick_settings():
@@ -25,7 +32,9 @@ def test_every_method_has_quick_settings():
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 @pytest.mark.parametrize("model,method", CASES)
 def test_inference_data_groups(model, method, tmp_path):
-    result = pyro_bdl.fit(model, inference=method, progress=False, **QUICK[method])
+    options = SMALL_NET if model.startswith("bnn") else None
+    data = pyro_bdl.datasets.digits_split()[1] if model == "bnn-classifier" else None
+    result = pyro_bdl.fit(model, data, inference=method, progress=False, options=options, **QUICK[method])
     idata = result.to_inference_data()
     for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data"):
         assert group in idata.groups(), group
@@ -40,6 +49,9 @@ def test_inference_data_groups(model, method, tmp_path):
     elif family in ("svi", "point"):
         assert idata.sample_stats["loss"].dims == ("step",)
         assert idata.sample_stats["loss"].size == QUICK[method]["steps"]
+    elif family == "ensemble":
+        assert idata.sample_stats["loss"].dims == ("member", "step")
+        assert idata.posterior.sizes["chain"] == QUICK[method]["members"]
     elif family == "importance":
         assert "log_weight" in idata.sample_stats
     assert bool(idata.posterior.attrs["point_estimate"]) == (family == "point")

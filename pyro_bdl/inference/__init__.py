@@ -21,7 +21,7 @@ class Method:
     """An inference method: name, family, one-line summary, runner and default settings."""
 
     name: str
-    family: str  # "svi", "point", "mcmc" or "importance"
+    family: str  # "svi", "point", "mcmc", "importance" or "ensemble"
     summary: str
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
@@ -73,6 +73,19 @@ def _mcmc_methods():
     ]
 
 
+def _network_methods():
+    from .dropout import run_mc_dropout
+    from .ensemble import run_ensemble
+
+    return [
+        Method("mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
+               "prediction; tau = 1/sigma^2", run_mc_dropout,
+               {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None}),
+        Method("ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each",
+               run_ensemble, {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None}),
+    ]
+
+
 def _importance_methods():
     from .importance import run_importance
 
@@ -82,7 +95,9 @@ def _importance_methods():
     ]
 
 
-METHODS: dict[str, Method] = {m.name: m for m in _svi_methods() + _mcmc_methods() + _importance_methods()}
+METHODS: dict[str, Method] = {
+    m.name: m for m in _svi_methods() + _mcmc_methods() + _importance_methods() + _network_methods()
+}
 
 
 def get_method(name: str) -> Method:
