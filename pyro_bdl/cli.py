@@ -69,9 +69,19 @@ def _parse_options(pairs) -> dict:
     return options
 
 
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _cmd_fit(args) -> None:
     from . import fit
     from .data import load
+    from .evaluate import evaluate_fit
     from .registry import get_model
     from .store import write_fit
 
@@ -79,7 +89,14 @@ def _cmd_fit(args) -> None:
     options = _parse_options(args.option)
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
-    settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles")}
+    settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles", "batch_size")}
+    settings.update({k: _parse_value(v) for k, v in _parse_options(args.set).items()})
+    test_fraction = args.test_fraction if args.test_fraction is not None else (0.2 if spec.standardize else 0.0)
+    test = None
+    if test_fraction > 0:
+        from .datasets import split_dataset
+
+        dataset, test = split_dataset(dataset, test_fraction, seed=args.seed, stratify=spec.task == "classification")
     checkpoint = Path(args.out) / CHECKPOINT
     if checkpoint.exists():
         print(f"resuming from {checkpoint}", file=sys.stderr)
@@ -95,10 +112,15 @@ def _cmd_fit(args) -> None:
     for w in caught:
         if issubclass(w.category, UserWarning) and "pyro_bdl" in str(w.filename) or "Convergence" in w.category.__name__:
             print(f"warning: {w.message}", file=sys.stderr)
-    files = write_fit(result, args.out)
-    print(result.summary().to_string())
+    if test is not None:
+        result.info["heldout"] = {"fraction": test_fraction, **evaluate_fit(result, test)}
+    files = write_fit(result, args.out, test)
+    summary = result.summary()
+    print(summary.head(12).to_string() + (f"\n... {len(summary) - 12} more rows in summary.csv" if len(summary) > 12 else ""))
     extra = {k: result.info[k] for k in ("final_elbo", "max_r_hat", "min_ess_bulk", "divergences",
                                           "importance_ess", "p_next_heads", "p_next_heads_exact") if k in result.info}
+    extra.update({f"test_{k}" if not k.startswith("test") else k: v
+                  for k, v in result.info.get("heldout", {}).items() if k != "fraction"})
     if extra:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
     print(f"{spec.name} / {args.inference}: {result.info['wall_seconds']:.1f} s; wrote {', '.join(files)} to {args.out}")
@@ -142,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chains", type=int, help="MCMC chains")
     p.add_argument("--lr", type=float, help="learning rate")
     p.add_argument("--particles", type=int, help="ELBO particles per step")
+    p.add_argument("--batch-size", type=int, help="minibatch size (networks; default: full batch)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any other inference setting, e.g. --set members=10 or --set p=0.1 (repeatable)")
+    p.add_argument("--test-fraction", type=float,
+                   help="hold out this fraction for metrics (default 0.2 for networks, 0 otherwise)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=_cmd_fit)
 

@@ -57,6 +57,7 @@ __all__ = [
     "DIGITS_OOD_KINDS",
     "digits_frame",
     "digits_split",
+    "split_dataset",
     "digits_ood",
     "load_uci",
     "uci_splits",
@@ -256,30 +257,35 @@ def digits_frame() -> pd.DataFrame:
     return load_digits(as_frame=True).frame.copy()
 
 
+def split_dataset(ds: Dataset, test_fraction: float = 0.25, seed: int = 0, stratify: bool = False
+                  ) -> tuple[Dataset, Dataset]:
+    """A fixed random split of ``ds`` into (train, test); ``stratify`` keeps the class proportions."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    rows = np.arange(len(ds))
+    try:
+        train, test = train_test_split(rows, test_size=float(test_fraction), random_state=int(seed),
+                                       stratify=ds.y.numpy() if stratify else None)
+    except ValueError as exc:
+        raise ValueError(f"cannot split {ds.name} with test_fraction={test_fraction}: {exc}") from None
+    train, test = torch.as_tensor(np.sort(train)), torch.as_tensor(np.sort(test))
+
+    def part(idx, label):
+        y = None if ds.y is None else ds.y[idx]
+        return Dataset(f"{ds.name}-{label}", ds.X[idx], y, list(ds.feature_names), ds.target_name)
+
+    return part(train, "train"), part(test, "test")
+
+
 def digits_split(test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
     """A fixed stratified split of the digits: (train, test), each with X (n, 64) and y (n,).
 
     ``y`` holds the labels 0..9 as float32, as :func:`pyro_bdl.data.load` gives them (``y.long()``
     for indexing).  The defaults give 1347 training and 450 test rows.
     """
-    from sklearn.model_selection import train_test_split
-
-    if not 0.0 < float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
-    full = from_frame(digits_frame(), "target", name="digits")
-    rows = np.arange(len(full))
-    try:
-        train, test = train_test_split(
-            rows, test_size=float(test_fraction), random_state=int(seed), stratify=full.y.numpy()
-        )
-    except ValueError as exc:
-        raise ValueError(f"cannot split the digits with test_fraction={test_fraction}: {exc}") from None
-    train, test = torch.as_tensor(np.sort(train)), torch.as_tensor(np.sort(test))
-
-    def part(idx, label):
-        return Dataset(f"digits-{label}", full.X[idx], full.y[idx], list(full.feature_names), full.target_name)
-
-    return part(train, "train"), part(test, "test")
+    return split_dataset(from_frame(digits_frame(), "target", name="digits"), test_fraction, seed, stratify=True)
 
 
 def digits_ood(test: Dataset, kind: str, seed: int = 0) -> Dataset:

@@ -33,8 +33,18 @@ def plot_loss(losses, path: Path) -> None:
     plt.close(fig)
 
 
+def _first_elements(idata, per_dim: int = 2) -> dict:
+    """ArviZ coords keeping the first ``per_dim`` indices of every dimension: a network's thousands
+    of weights become a handful of panels."""
+    coords = {}
+    for da in idata.posterior.data_vars.values():
+        for dim in da.dims[2:]:
+            coords[dim] = list(range(min(per_dim, da.sizes[dim])))
+    return coords
+
+
 def plot_trace(idata, path: Path) -> None:
-    axes = az.plot_trace(idata, compact=True)
+    axes = az.plot_trace(idata, compact=True, coords=_first_elements(idata))
     fig = np.asarray(axes).flat[0].figure
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -45,7 +55,7 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
     """Marginal posteriors (94% HDI); for a point estimate, the estimated values."""
     if point_estimate:
         names, values = [], []
-        for var, da in idata.posterior.data_vars.items():
+        for var, da in idata.posterior.sel(_first_elements(idata)).data_vars.items():
             flat = da.values.reshape(-1)
             names += [var] if flat.size == 1 else [f"{var}[{j}]" for j in range(flat.size)]
             values += flat.tolist()
@@ -56,15 +66,60 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
         ax.set(title=f"{idata.posterior.attrs.get('inference', '')} point estimate", xlabel="value")
         fig.tight_layout()
     else:
-        axes = az.plot_posterior(idata)
+        axes = az.plot_posterior(idata, coords=_first_elements(idata))
         fig = np.asarray(axes).flat[0].figure
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def write_plots(result, idata, out: Path) -> list[str]:
-    """Write ``loss.png`` (SVI, MAP, MLE) or ``trace.png`` (samplers), and ``posterior.png``."""
+def plot_predictive_band(result, test, path: Path) -> None:
+    """1-D regression: data, predictive mean, epistemic band and total 94% interval, beyond the data."""
+    train_x = result.data["X"][:, 0]
+    train_y = result.data["y"]
+    if result.standardizer is not None:
+        st = result.standardizer
+        train_x = train_x * float(st.x_sd[0]) + float(st.x_mean[0])
+        train_y = st.inverse_y_mean(train_y)
+    lo, hi = float(train_x.min()), float(train_x.max())
+    pad = 0.25 * (hi - lo)
+    import torch
+
+    grid = torch.linspace(lo - pad, hi + pad, 300).unsqueeze(-1)
+    table = result.predict(grid)
+    x = grid[:, 0].numpy()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(x, table["lower"], table["upper"], alpha=0.2, label="94% predictive interval")
+    ax.fill_between(x, table["mean"] - 2 * table["epistemic_sd"], table["mean"] + 2 * table["epistemic_sd"],
+                    alpha=0.35, label="mean +- 2 epistemic sd")
+    ax.plot(x, table["mean"], lw=1.5, label="predictive mean")
+    ax.scatter(train_x.numpy(), train_y.numpy(), s=6, color="k", label="training data")
+    if test is not None:
+        ax.scatter(test.X[:, 0].numpy(), test.y.numpy(), s=10, marker="x", color="C3", label="held out")
+    ax.set(xlabel=result.info.get("feature_names", ["x"])[0] if result.info.get("feature_names") else "x",
+           ylabel=result.info.get("target") or "y", title=f"{result.info.get('model', '')} / {result.method}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_plots(result, idata, out: Path, test=None) -> list[str]:
+    """Write ``loss.png`` (optimisers) or ``trace.png`` (samplers) and ``posterior.png``; with held-out
+    data also ``predictive.png`` (1-D regression) or ``reliability.png`` (classification)."""
     written = []
+    if result.task == "regression" and result.data.get("X") is not None and result.data["X"].shape[-1] == 1 \
+            and result.spec is not None:
+        plot_predictive_band(result, test, out / "predictive.png")
+        written.append("predictive.png")
+    if result.task == "classification" and test is not None:
+        from .uncertainty import plot_reliability
+
+        table = result.predict(test)
+        probs = table[[c for c in table.columns if c.startswith("prob_")]].to_numpy()
+        ax = plot_reliability(probs, test.y.numpy().astype(int))
+        ax.figure.savefig(out / "reliability.png", dpi=100)
+        plt.close(ax.figure)
+        written.append("reliability.png")
     if result.losses is not None:
         plot_loss(result.losses, out / "loss.png")
         written.append("loss.png")

@@ -30,7 +30,7 @@ _METRIC_KEYS = (
     "model", "method", "seed", "wall_seconds", "data", "rows", "target", "options", "settings",
     "final_elbo", "settled", "steps_run", "divergences", "max_r_hat", "min_ess_bulk", "min_ess_tail",
     "mean_accept_prob", "importance_ess", "importance_draws", "proposal", "log_evidence",
-    "p_next_heads", "p_next_heads_exact", "heads", "tosses",
+    "p_next_heads", "p_next_heads_exact", "heads", "tosses", "members", "dropout_p", "heldout",
 )
 
 
@@ -55,8 +55,11 @@ def metrics(result: FitResult) -> dict:
     return _clean(out)
 
 
-def write_fit(result: FitResult, out_dir: str | Path) -> list[str]:
-    """Write the fit directory; returns the file names written."""
+def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
+    """Write the fit directory; returns the file names written.
+
+    ``test``: held-out data, for the predictive-band or reliability plot.
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -66,7 +69,7 @@ def write_fit(result: FitResult, out_dir: str | Path) -> list[str]:
         summary = result.summary()
         summary.to_csv(tmp / "summary.csv")
         (tmp / "metrics.json").write_text(json.dumps(metrics(result), indent=2) + "\n")
-        files = ["posterior.nc", "summary.csv", "metrics.json"] + write_plots(result, idata, tmp)
+        files = ["posterior.nc", "summary.csv", "metrics.json"] + write_plots(result, idata, tmp, test)
         out_dir.mkdir(exist_ok=True)
         for name in files:
             os.replace(tmp / name, out_dir / name)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import pyro_bdl
+import pyro_bdl.datasets
 from pyro_bdl.cli import main
 
 CLI = shutil.which("pyro-bdl") or str(Path(sys.executable).with_name("pyro-bdl"))
@@ -149,3 +150,26 @@ def test_missing_data_file_and_bad_predict_inputs(tmp_path, capsys):
 def test_unknown_command_exits_nonzero(tmp_path):
     proc = run_cli("frobnicate", cwd=tmp_path)
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
+    out = tmp_path / "reg"
+    assert main(["fit", "bnn-regressor", "--inference", "map", "--steps", "1500", "--out", str(out), "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    held = metrics["heldout"]
+    assert held["fraction"] == 0.2 and held["test_rows"] == 40  # 20% of the 200 sine points
+    assert held["rmse"] < 0.1 and 0.7 <= held["coverage_94"] <= 1.0
+    assert (out / "predictive.png").exists()
+    out = tmp_path / "cls"
+    assert main(["fit", "bnn-classifier", "--inference", "ensemble", "--set", "members=2", "--steps", "200",
+                 "--option", "hidden=16", "--out", str(out), "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["members"] == 2 and metrics["heldout"]["accuracy"] > 0.85
+    assert (out / "reliability.png").exists()
+    rows = pyro_bdl.datasets.digits_split()[1].to_frame().drop(columns="target").head(5)
+    rows.to_csv(tmp_path / "new.csv", index=False)
+    assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert {"prob_0", "prob_9", "pred", "entropy", "mutual_info"} <= set(pred.columns)
+    assert np.allclose(pred[[f"prob_{c}" for c in range(10)]].sum(axis=1), 1.0, atol=1e-5)

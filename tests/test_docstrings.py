@@ -7,7 +7,7 @@ import pytest
 
 MODULES = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
-    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
+    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate", "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin",
 ]
 

@@ -1,0 +1,53 @@
+r"""Held-out evaluation of a fit, in the original units of the data.
+
+Regression: RMSE of the predictive mean, the test log predictive density per point
+:math:`\log \frac1S \sum_s p(y_i \mid x_i, \theta_s)` (averaged: ``test_ll``), and the coverage of
+the central 94% interval.  Classification: accuracy, test log-likelihood, Brier score and ECE.
+
+Example
+-------
+>>> import pyro_bdl
+>>> from pyro_bdl.datasets import split_dataset
+>>> train, test = split_dataset(pyro_bdl.load("linear"), 0.2)
+>>> fit = pyro_bdl.fit("blr", train, inference="map", steps=500, progress=False)
+>>> sorted(evaluate_fit(fit, test))
+['coverage_94', 'rmse', 'test_ll', 'test_rows']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .uncertainty import (
+    accuracy, brier, categorical_tlpd, expected_calibration_error, gaussian_tlpd, regression_summary, rmse,
+)
+
+__all__ = ["evaluate_fit"]
+
+
+def evaluate_fit(result, test) -> dict:
+    """Metrics of ``result`` on the :class:`~pyro_bdl.data.Dataset` ``test`` (which has targets)."""
+    if test.y is None:
+        raise ValueError(f"{test.name}: held-out data need a target column")
+    site = result.likelihood_sites[0]
+    pred = result.predictive(test)
+    y = test.y.double().numpy()
+    out = {"test_rows": int(len(y))}
+    if site in pred.probs:
+        probs = pred.probs[site].reshape((-1,) + pred.probs[site].shape[2:])
+        prob = probs.mean(0)
+        labels = y.astype(int)
+        out.update(accuracy=accuracy(prob, labels), test_ll=float(categorical_tlpd(probs, labels).mean()),
+                   brier=brier(prob, labels), ece=expected_calibration_error(prob, labels))
+        return out
+    if not pred.gaussian.get(site, False):
+        raise ValueError("held-out evaluation needs a Gaussian or Categorical likelihood")
+    mu = pred.mean[site].reshape(-1, len(y))
+    sigma = np.sqrt(pred.variance[site].reshape(mu.shape))
+    if result.standardizer is not None:  # back to the original units of y
+        mu = mu * result.standardizer.y_sd + result.standardizer.y_mean
+        sigma = sigma * result.standardizer.y_sd
+    table = regression_summary(mu, sigma, 0.94)
+    out.update(rmse=rmse(table["mean"].to_numpy(), y), test_ll=float(gaussian_tlpd(mu, sigma, y).mean()),
+               coverage_94=float(np.mean((y >= table["lower"].to_numpy()) & (y <= table["upper"].to_numpy()))))
+    return out
