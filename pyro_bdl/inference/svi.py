@@ -37,6 +37,12 @@ from .guides import MeanFieldGuide, drop_priors, make_guide
 FINAL_LR_FRACTION = 0.01
 
 
+def make_svi(model, guide, loss, *, lr: float, steps: int) -> SVI:
+    """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate."""
+    optim = ClippedAdam({"lr": lr, "lrd": FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), "clip_norm": 10.0})
+    return SVI(model, guide, optim, loss)
+
+
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
              checkpoint=None, checkpoint_every: int = 500) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam; return the loss trace (stops early on a NaN loss).
@@ -45,8 +51,8 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     are saved every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it
     stopped.
     """
-    optim = ClippedAdam({"lr": lr, "lrd": FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), "clip_norm": 10.0})
-    svi = SVI(model, guide, optim, loss)
+    svi = make_svi(model, guide, loss, lr=lr, steps=steps)
+    optim = svi.optim
     losses = _resume(checkpoint, guide, optim, data)
     with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
         try:
