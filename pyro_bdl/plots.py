@@ -8,7 +8,7 @@ import arviz as az
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["plot_loss", "plot_trace", "plot_posterior", "write_plots"]
+__all__ = ["plot_loss", "plot_trace", "plot_posterior", "draw_predictive_band", "plot_predictive_band", "write_plots"]
 
 
 def plot_loss(losses, path: Path) -> None:
@@ -72,22 +72,29 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
     plt.close(fig)
 
 
-def plot_predictive_band(result, test, path: Path) -> None:
-    """1-D regression: data, predictive mean, epistemic band and total 94% interval, beyond the data."""
+def draw_predictive_band(result, ax=None, test=None, grid=None, legend: bool = True):
+    """1-D regression on ``ax``: data, predictive mean, epistemic band (mean +- 2 epistemic sd) and the
+    total 94% interval, over ``grid`` (n, 1) (default: the data's range and a quarter of it on each side).
+
+    Returns the axes.  Example: ``draw_predictive_band(pyro_bdl.fit("bnn-regressor", "sine",
+    inference="ensemble"))``.
+    """
+    import torch
+
     train_x = result.data["X"][:, 0]
     train_y = result.data["y"]
     if result.standardizer is not None:
         st = result.standardizer
         train_x = train_x * float(st.x_sd[0]) + float(st.x_mean[0])
         train_y = st.inverse_y_mean(train_y)
-    lo, hi = float(train_x.min()), float(train_x.max())
-    pad = 0.25 * (hi - lo)
-    import torch
-
-    grid = torch.linspace(lo - pad, hi + pad, 300).unsqueeze(-1)
+    if grid is None:
+        lo, hi = float(train_x.min()), float(train_x.max())
+        pad = 0.25 * (hi - lo)
+        grid = torch.linspace(lo - pad, hi + pad, 300).unsqueeze(-1)
     table = result.predict(grid)
     x = grid[:, 0].numpy()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
     ax.fill_between(x, table["lower"], table["upper"], alpha=0.2, label="94% predictive interval")
     ax.fill_between(x, table["mean"] - 2 * table["epistemic_sd"], table["mean"] + 2 * table["epistemic_sd"],
                     alpha=0.35, label="mean +- 2 epistemic sd")
@@ -97,7 +104,15 @@ def plot_predictive_band(result, test, path: Path) -> None:
         ax.scatter(test.X[:, 0].numpy(), test.y.numpy(), s=10, marker="x", color="C3", label="held out")
     ax.set(xlabel=result.info.get("feature_names", ["x"])[0] if result.info.get("feature_names") else "x",
            ylabel=result.info.get("target") or "y", title=f"{result.info.get('model', '')} / {result.method}")
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
+    return ax
+
+
+def plot_predictive_band(result, test, path: Path) -> None:
+    """:func:`draw_predictive_band` saved to ``path``."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    draw_predictive_band(result, ax, test)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -7,7 +7,14 @@ matplotlib.use("Agg")
 os.environ.setdefault("PYRO_BDL_SMOKE", "1")
 
 import pyro  # noqa: E402
+import torch  # noqa: E402
+
 import pyro_bdl  # noqa: E402,F401  (import once, so ArviZ's notice is filtered)
+
+# One thread: the networks here are small, so a second thread buys little, while on a shared 2-core
+# machine it makes every matrix product contend (measured: 5-10x slower fits under load).  It also
+# keeps the float results of the seeded fits the same from run to run.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

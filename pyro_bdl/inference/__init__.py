@@ -44,7 +44,8 @@ class Method:
 def _svi_methods():
     from . import svi
 
-    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None}
+    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None,
+              "jit": False, "vectorize": False, "local_reparam": False}  # see pyro_bdl.inference.svi
     return [
         Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
                svi.run_svi, common, takes_guide=True),

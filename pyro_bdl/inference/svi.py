@@ -12,10 +12,17 @@ method             guide                       loss
 ``map``            AutoDelta                   Trace_ELBO = -log p(y, theta)
 ``mle``            AutoDelta, priors dropped   Trace_ELBO = -log p(y | theta)
 =================  ==========================  ======================================
+
+``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
+ELBO once, :mod:`pyro_bdl.inference.jit`; same loss and gradients), ``vectorize`` (``particles``
+draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local
+reparameterisation trick for a network's ``dense`` layers, :mod:`pyro_bdl.inference.local_reparam`).
+:func:`optimise` validates the distributions' arguments at the first step only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -26,21 +33,46 @@ from tqdm import tqdm
 import pyro
 from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
-from pyro.optim import ClippedAdam
 
 from ..diagnostics import ConvergenceWarning
 from .base import Draws, latent_sites
 from .guides import MeanFieldGuide, drop_priors, make_guide
+from .jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from .local_reparam import LocalReparam
+from .optim import FastClippedAdam
 
 #: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
 #: final parameters settle instead of jittering at the optimiser's noise floor.
 FINAL_LR_FRACTION = 0.01
+#: ClippedAdam clamps every gradient entry to [-GRADIENT_CLAMP, GRADIENT_CLAMP] (an elementwise clamp,
+#: despite Pyro's name clip_norm).  It guards far-off starts; on networks, whose summed-likelihood
+#: gradients are large, it makes Adam close to sign descent (see the issue-3 note for what removing it did).
+GRADIENT_CLAMP = 10.0
 
 
 def make_svi(model, guide, loss, *, lr: float, steps: int) -> SVI:
-    """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate."""
-    optim = ClippedAdam({"lr": lr, "lrd": FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), "clip_norm": 10.0})
+    """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate
+    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once)."""
+    optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), clip_norm=GRADIENT_CLAMP)
     return SVI(model, guide, optim, loss)
+
+
+def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False):
+    """``Trace_ELBO`` (``kind="trace"``) or ``TraceMeanField_ELBO`` (``"meanfield"``) with ``particles``
+    draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
+    ``particles > 1``, compiled (:mod:`pyro_bdl.inference.jit`) when ``jit``."""
+    classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
+    cls = classes[kind][bool(_flag(jit))]
+    return cls(num_particles=int(particles), vectorize_particles=bool(_flag(vectorize)) and int(particles) > 1)
+
+
+def _flag(value) -> bool:
+    """A boolean setting given as a bool, a number or text (``--set jit=false``)."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError(f"expected a boolean setting (true or false), got '{value}'")
+        return value.lower() in ("true", "1", "yes", "on")
+    return bool(value)
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
@@ -54,11 +86,16 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     svi = make_svi(model, guide, loss, lr=lr, steps=steps)
     optim = svi.optim
     losses = _resume(checkpoint, guide, optim, data)
+    first = len(losses)
     with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
         try:
             for step in range(len(losses), steps):
+                # the first step validates the distributions' arguments; later steps skip the checks
+                # (a fifth of a small network's step); a NaN loss is still caught below
+                unchecked = pyro.validation_enabled(False) if step > first else contextlib.nullcontext()
                 try:
-                    value = svi.step(**data)
+                    with unchecked:
+                        value = svi.step(**data)
                 except ValueError as exc:
                     if "invalid values" not in str(exc):
                         raise
@@ -122,11 +159,13 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
 
 
 def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None,
-         batch_size=None) -> Draws:
+         batch_size=None, local_reparam=False) -> Draws:
     names = latent_sites(model, data)
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
-    losses = optimise(model, guide, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
+    # local reparameterisation changes training only: draws below come from the plain guide
+    pair = LocalReparam().wrap(model, guide) if _flag(local_reparam) else (model, guide)
+    losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
     if point:
         with torch.no_grad():
             median = guide.median(**data)
@@ -137,19 +176,19 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
 
 
 def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None) -> Draws:
+            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
     guide = make_guide(guide or "normal", model, init_loc_fn)
-    loss = Trace_ELBO(num_particles=particles)
+    loss = make_elbo("trace", particles=particles, jit=jit, vectorize=vectorize)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi",
-                checkpoint=checkpoint, batch_size=batch_size)
+                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
 
 
 def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None) -> Draws:
+                      init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
     guide = make_guide(guide or "meanfield", model, init_loc_fn)
-    loss = TraceMeanField_ELBO(num_particles=particles)
+    loss = make_elbo("meanfield", particles=particles, jit=jit, vectorize=vectorize)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield",
-                checkpoint=checkpoint, batch_size=batch_size)
+                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,

@@ -1,0 +1,114 @@
+r"""Compiled ELBOs: one ``torch.jit.trace`` of model + guide + ELBO, replayed at every step.
+
+:class:`CompiledTrace_ELBO` and :class:`CompiledTraceMeanField_ELBO` compute exactly what
+``Trace_ELBO`` and ``TraceMeanField_ELBO`` compute (the tests check loss and gradients at the same
+random draws), without re-running Pyro's effect handlers, traces and distribution objects at every
+step: the first call traces the loss with :func:`pyro.ops.jit.trace` (with argument validation
+off; the eager run that precedes it is validated), later calls replay the compiled graph. Random
+draws (the guide's ``eps``, a plate's subsample indices) are operations of the graph, fresh at
+every call.
+
+Why not Pyro's own: in pyro-ppl 1.9.2 ``JitTraceMeanField_ELBO`` checks for a cached function under
+``_loss_and_surrogate_loss`` but stores it as ``_differentiable_loss``, so it re-traces at every
+step (measured: 30 ms per loss and gradient for the 1-50-50-1 regressor, 8x the eager ELBO); and both ``JitTrace_ELBO`` and it take tensors only
+positionally, while the zoo passes its data by keyword (``svi.step(X=..., y=...)``).  Here tensor
+keywords become positional inputs of the graph and the other keywords (``batch_size``, ``y=None``)
+select one compiled graph each, as do the shapes and dtypes of the tensors.
+
+Requirements (as for any traced function): a static model structure for given non-tensor arguments,
+a reparameterised guide, and no global data other than the param store.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import torch
+
+import pyro
+from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
+from pyro.util import warn_if_nan
+
+__all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
+
+
+class _Compiled:
+    """Mixin over a Pyro ELBO: ``loss_and_grads`` / ``differentiable_loss`` through a traced graph."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._compiled = {}
+
+    def _particle_loss(self, model_trace, guide_trace) -> torch.Tensor:
+        """The differentiable negative ELBO of one particle (a tensor, never ``.item()``: a trace would freeze it)."""
+        raise NotImplementedError
+
+    def _eager_loss(self, model, guide, args, kwargs) -> torch.Tensor:
+        loss = 0.0
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            loss = loss + self._particle_loss(model_trace, guide_trace) / self.num_particles
+        return loss
+
+    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
+        names = tuple(k for k, v in kwargs.items() if torch.is_tensor(v))
+        tensors = tuple(args) + tuple(kwargs[k] for k in names)
+        static = {k: v for k, v in kwargs.items() if k not in names}
+        key = (id(model), id(guide), len(args), names, tuple((t.shape, t.dtype) for t in tensors))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            weakself, n_args = weakref.ref(self), len(args)
+
+            def loss_fn(*tensors, **static):
+                return weakself()._eager_loss(model, guide, tensors[:n_args], {**dict(zip(names, tensors[n_args:])), **static})
+
+            # pyro.ops.jit.trace: the params are graph inputs; one graph per distinct `static`
+            compiled = self._compiled[key] = pyro.ops.jit.trace(loss_fn, ignore_warnings=True)
+        with warnings.catch_warnings():  # torch.jit.trace's deprecation notice: it is what works here
+            warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
+            loss = compiled(*tensors, **static)
+        warn_if_nan(loss, "loss")
+        return loss
+
+    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss.backward()
+        return loss.item()
+
+
+class CompiledTrace_ELBO(_Compiled, Trace_ELBO):
+    """``Trace_ELBO`` compiled: ``log p(y, theta) - log q(theta)`` at one draw per particle.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import SVI
+    >>> from pyro_bdl.inference.guides import MeanFieldGuide
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    ...     with pyro.plate("data", len(y)):
+    ...         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+    >>> svi = SVI(model, MeanFieldGuide(model), pyro.optim.Adam({"lr": 0.01}), CompiledTrace_ELBO())
+    >>> loss = svi.step(y=torch.zeros(5))  # traced here, replayed from now on
+    """
+
+    def _particle_loss(self, model_trace, guide_trace) -> torch.Tensor:
+        elbo = 0.0
+        for site in model_trace.nodes.values():
+            if site["type"] == "sample":
+                elbo = elbo + site["log_prob_sum"]
+        for name, site in guide_trace.nodes.items():
+            if site["type"] == "sample":
+                if not site["fn"].has_rsample:
+                    raise NotImplementedError(f"the compiled ELBO needs a reparameterised guide; site '{name}' is not")
+                elbo = elbo - site["log_prob_sum"]
+        return -elbo
+
+
+class CompiledTraceMeanField_ELBO(_Compiled, TraceMeanField_ELBO):
+    """``TraceMeanField_ELBO`` compiled: ``KL(q || p)`` in closed form where one exists (a plain
+    ``Normal`` guide against a ``Normal`` prior, e.g. :class:`~pyro_bdl.inference.guides.MeanFieldGuide`
+    on a network's weights), ``log p - log q`` at the draw elsewhere."""
+
+    def _particle_loss(self, model_trace, guide_trace) -> torch.Tensor:
+        return self._differentiable_loss_particle(model_trace, guide_trace)[1]

@@ -1,0 +1,59 @@
+"""Smoke tests of benchmarks/bbb_step.py: it runs and prints its ratios, and its correctness check holds.
+
+No timing is asserted anywhere: the benchmark's numbers are read by people, on demand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bbb_step.py"
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("bbb_step_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_the_ratio_lines(tmp_path):
+    # --threads 1: on a shared 2-core machine, 2 threads can be many times slower under load;
+    # this keeps the smoke test fast whatever else runs (nothing here is a timing assertion)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for model in ("bnn-regressor", "bnn-classifier"):
+        for path in ("svi default (compiled)", "svi-meanfield default (compiled)", "svi eager (before)",
+                     "svi-meanfield eager (before)", "svi-meanfield + local_reparam"):
+            assert f"ratio zoo/hand [{model}, {path}] = " in out, out
+    assert "ratio zoo/hand [time to lpd > 0.70] = " in out, out
+    assert "MISMATCH" not in out
+    assert "torch threads 1" in out
+
+
+@pytest.mark.parametrize("config", ["REGRESSOR", "SMALL_CLASSIFIER"])
+def test_zoo_and_hand_written_losses_agree_at_identical_draws(config):
+    bench = _load_benchmark()
+    res = bench.check_losses(getattr(bench, config))
+    for kind in ("trace", "meanfield"):
+        r = res[kind]
+        assert r["loss_rel"] < bench.LOSS_RTOL, (kind, r)
+        assert r["grad_rel"] < bench.GRAD_RTOL, (kind, r)
+    # the closed-form KL is the mean of the single-draw estimate log q - log p
+    assert abs(res["kl_mc_mean"] - res["kl_analytic"]) < 4 * res["kl_mc_se"], res
+
+
+def test_the_correctness_check_catches_a_dropped_constant():
+    """The check has teeth: a hand-written likelihood without its log sqrt(2 pi) is a mismatch."""
+    bench = _load_benchmark()
+    bench.LOG_SQRT_2PI = 0.0
+    res = bench.check_losses(bench.REGRESSOR)
+    assert res["trace"]["loss_rel"] > bench.LOSS_RTOL
+    assert res["meanfield"]["loss_rel"] > bench.LOSS_RTOL

@@ -1,0 +1,129 @@
+"""The uncertainty claims of issue 3 for the networks, on the embedded ``sine`` and ``digits`` data.
+
+Every fit runs with the zoo's defaults (no options, no settings) and a fixed seed, so these are also
+the checks that the defaults are good.  Thresholds are the issue's (gap sd >= 2x the in-data sd; test
+accuracy >= 95 %, ECE < 0.05; OOD AUROC above the MAP net's).  Measured values (seed 0, this machine)
+are noted next to each assertion so the margins are visible.
+
+Slow (``pytest -m slow``): NUTS on the 1-50-1 network, the gold standard that SVI is compared with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pyro_bdl
+from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_curve, sine_grid
+from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error
+
+pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+
+GRID = sine_grid(400)
+XS = GRID[:, 0]
+#: Where the sine data lie (away from the edges of the two intervals), the middle of the gap, beyond the data.
+INSIDE = (((XS > -0.95) & (XS < SINE_GAP[0])) | ((XS > SINE_GAP[1]) & (XS < 0.95))).numpy()
+GAP = ((XS > -0.25) & (XS < 0.25)).numpy()
+TRUTH = sine_curve(XS).numpy()
+
+
+def sine_fit(inference: str, **settings):
+    return pyro_bdl.fit("bnn-regressor", "sine", inference=inference, progress=False, seed=0, **settings)
+
+
+def gap_ratio(table) -> float:
+    """Mean predictive sd in the middle of the gap over the mean sd where the data lie."""
+    sd = table["sd"].to_numpy()
+    return float(sd[GAP].mean() / sd[INSIDE].mean())
+
+
+# --------------------------------------------------------------------------- sine: the gap
+
+def test_ensemble_is_uncertain_in_the_gap():
+    result = sine_fit("ensemble")
+    w = result.samples["layer1.weight"]
+    assert w.shape[:2] == (5, 1) and not torch.allclose(w[0], w[1])  # independent starts, distinct members
+    table = result.predict(GRID)
+    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.05  # measured 0.017
+    assert gap_ratio(table) >= 2.0  # measured 4.9
+
+
+@pytest.mark.parametrize("inference", ["map", "mle"])
+def test_point_estimates_are_overconfident_in_the_gap(inference):
+    """A point estimate has only the noise: the same sd in the gap as in the data, while its error there
+    is many of its own sds (the ensemble's error in the gap is within its sds)."""
+    table = sine_fit(inference).predict(GRID)
+    assert np.allclose(table["epistemic_sd"], 0.0)
+    assert gap_ratio(table) < 1.2  # the noise sd, the same everywhere
+    z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
+    assert np.mean(z[GAP]) > 2.0  # errors of several claimed sds where there is no data
+
+
+@pytest.mark.parametrize("inference", ["svi", "mc-dropout"])
+def test_one_hidden_layer_mean_field_and_dropout_cannot_raise_the_gap_variance(inference):
+    """Foong et al. (2020, Thm 1): for a single-hidden-layer ReLU net under a mean-field Gaussian or an
+    MC dropout posterior, the variance of f at a point between two inputs is at most the sum of the
+    variances at those inputs.  The fitted draws obey it (so their gap sd is at most sqrt(2) x the
+    edge sd, and the issue's 2x gap criterion is out of reach for these two methods at depth 1)."""
+    result = sine_fit(inference)
+    f = result.predict(torch.tensor([[SINE_GAP[0]], [0.0], [SINE_GAP[1]]]))["epistemic_sd"].to_numpy() ** 2
+    assert f[1] <= f[0] + f[2]
+    assert gap_ratio(result.predict(GRID)) < 2.0
+
+
+# --------------------------------------------------------------------------- digits: accuracy, calibration, OOD
+
+@pytest.fixture(scope="module")
+def digits():
+    train, test = digits_split()
+    return train, test, digits_ood(test, "noise")
+
+
+@pytest.fixture(scope="module")
+def map_auroc(digits):
+    train, test, noise = digits
+    fit = pyro_bdl.fit("bnn-classifier", train, inference="map", progress=False, seed=0)
+    return auroc(fit.predict(test)["entropy"], fit.predict(noise)["entropy"])  # measured 0.50
+
+
+# measured (acc, ECE, AUROC vs noise images): svi .969/.035/.98, mc-dropout .969/.012/.90, ensemble .973/.022/.99
+@pytest.mark.parametrize("inference", ["svi", "mc-dropout", "ensemble"])
+def test_digits_accuracy_calibration_and_ood(inference, digits, map_auroc):
+    train, test, noise = digits
+    fit = pyro_bdl.fit("bnn-classifier", train, inference=inference, progress=False, seed=0)
+    table = fit.predict(test)
+    prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
+    assert accuracy(prob, test.y.numpy()) >= 0.95
+    assert expected_calibration_error(prob, test.y.numpy()) < 0.05
+    assert auroc(table["entropy"], fit.predict(noise)["entropy"]) > map_auroc
+
+
+# --------------------------------------------------------------------------- slow: NUTS, the gold standard
+
+@pytest.fixture(scope="module")
+def nuts_1_50_1():
+    """NUTS on the 1-50-1 net with 100 of the sine points (the issue's size), one long chain."""
+    data = pyro_bdl.load("sine")
+    small = pyro_bdl.Dataset("sine-100", data.X[:100], data.y[:100], data.feature_names, data.target_name)
+    fit = pyro_bdl.fit("bnn-regressor", small, inference="nuts", progress=False, seed=0,
+                       samples=300, warmup=400, chains=1, jit=True)
+    return small, fit
+
+
+@pytest.mark.slow
+def test_nuts_is_uncertain_in_the_gap(nuts_1_50_1):
+    _, fit = nuts_1_50_1
+    assert gap_ratio(fit.predict(GRID)) >= 2.0
+
+
+@pytest.mark.slow
+def test_svi_agrees_with_nuts_on_the_small_network(nuts_1_50_1):
+    """SVI's predictive mean lies within 2 NUTS predictive sds of NUTS's where the data are, and its
+    predictive sd is nowhere more than 3x narrower than NUTS's (the issue's criterion)."""
+    small, nuts = nuts_1_50_1
+    svi = pyro_bdl.fit("bnn-regressor", small, inference="svi", progress=False, seed=0)
+    a, b = nuts.predict(GRID), svi.predict(GRID)
+    gap = np.abs(a["mean"].to_numpy() - b["mean"].to_numpy()) / a["sd"].to_numpy()
+    assert np.mean(gap[INSIDE]) < 2.0
+    assert np.all(b["sd"].to_numpy() > a["sd"].to_numpy() / 3)
