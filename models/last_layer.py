@@ -41,8 +41,9 @@ the MAP estimate is :math:`\mu_N`, and it is the reference for SVI on the same m
 
 Random tanh features of a 1-D input are nearly collinear, so the posterior can be badly conditioned
 (condition number about 1e5 on ``sine`` with the defaults): exact and importance sampling (its Laplace
-proposal is the exact posterior) are unaffected, but NUTS with a diagonal mass matrix runs to its
-maximum tree depth and optimisers need many steps there.
+proposal is the exact posterior) are unaffected, NUTS with a diagonal mass matrix runs to its maximum
+tree depth (hence this model's default ``full_mass=True`` for NUTS and HMC: a dense mass matrix, tree
+depth about 5 on ``sine``) and optimisers need many steps there.
 
 Example
 -------
@@ -400,6 +401,8 @@ SPEC = register(
         },
         sites=("w", "b"),
         methods=("svi", "svi-meanfield", "nuts", "hmc", "metropolis", "importance", "map", "mle"),
+        # a dense mass matrix: collinear features make the posterior badly conditioned (see above)
+        method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}},
         default_data="sine",
         check_data=check_has_features,
         exact_posterior=exact_posterior,

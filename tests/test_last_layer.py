@@ -237,3 +237,47 @@ def test_describe_and_default_cli_fit(tmp_path, capsys):
     assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
     assert len(pd.read_csv(tmp_path / "p.csv")) == 3
 
+
+
+# --------------------------------------------------------------------------- the dense mass matrix
+
+def collinear_problem(n: int = 40) -> Dataset:
+    """A 1-D input: random tanh features of it are nearly collinear (a badly conditioned posterior)."""
+    rng = np.random.default_rng(2)
+    x = np.sort(rng.uniform(-1, 1, size=n))
+    y = np.sin(3 * x) + 0.1 * rng.normal(size=n)
+    return Dataset("collinear", torch.tensor(x[:, None], dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
+                   ["x"], "y")
+
+
+def test_nuts_full_mass_is_the_model_default():
+    """(test_sampler_recovers_exact_posterior runs NUTS with it against the exact posterior.)"""
+    assert pyro_bdl.get_model("last-layer").method_defaults["nuts"] == {"full_mass": True}
+    result = pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
+                          samples=5, warmup=5, chains=1)
+    assert result.info["settings"]["full_mass"] is True
+
+
+@pytest.mark.slow  # about a minute
+def test_nuts_full_mass_mixes_on_collinear_features():
+    """A dense mass matrix recovers the exact posterior on collinear features with short trajectories
+    (about 7 leapfrog steps per draw), where the diagonal one runs into a depth-7 cap (127)."""
+    options = {"hidden": "10", "noise": 0.2}
+    # the diagonal run is short and its trees capped at depth 7 (127 steps): its depth is all we read
+    settings = {True: {"samples": 300, "warmup": 300, "chains": 2},
+                False: {"samples": 50, "warmup": 200, "chains": 1, "max_tree_depth": 7}}
+    runs = {full_mass: pyro_bdl.fit("last-layer", collinear_problem(), inference="nuts", options=options, seed=0,
+                                    progress=False, full_mass=full_mass, **settings[full_mass])
+            for full_mass in (True, False)}
+    dense = runs[True]
+    exact = ll.exact_posterior(dense.data["X"], dense.data["y"], **dense.info["options"])
+    _check_means(dense, exact)
+    _check_sds(dense, exact)
+    depth = {k: float(np.mean(r.sample_stats["n_steps"])) for k, r in runs.items()}
+    assert depth[True] < 0.5 * depth[False], depth
+
+
+def test_boolean_settings_are_checked():
+    with pytest.raises(ValueError, match="boolean setting"):
+        pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, full_mass="maybe", progress=False,
+                     samples=5, warmup=5, chains=1)

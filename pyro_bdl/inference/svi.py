@@ -35,7 +35,7 @@ from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
 
 from ..diagnostics import ConvergenceWarning
-from .base import Draws, latent_sites
+from .base import Draws, as_flag, latent_sites
 from .guides import MeanFieldGuide, drop_priors, make_guide
 from .jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from .local_reparam import LocalReparam
@@ -62,17 +62,8 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
     draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
     ``particles > 1``, compiled (:mod:`pyro_bdl.inference.jit`) when ``jit``."""
     classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
-    cls = classes[kind][bool(_flag(jit))]
-    return cls(num_particles=int(particles), vectorize_particles=bool(_flag(vectorize)) and int(particles) > 1)
-
-
-def _flag(value) -> bool:
-    """A boolean setting given as a bool, a number or text (``--set jit=false``)."""
-    if isinstance(value, str):
-        if value.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-            raise ValueError(f"expected a boolean setting (true or false), got '{value}'")
-        return value.lower() in ("true", "1", "yes", "on")
-    return bool(value)
+    cls = classes[kind][bool(as_flag(jit))]
+    return cls(num_particles=int(particles), vectorize_particles=bool(as_flag(vectorize)) and int(particles) > 1)
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
@@ -164,7 +155,7 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
     # local reparameterisation changes training only: draws below come from the plain guide
-    pair = LocalReparam().wrap(model, guide) if _flag(local_reparam) else (model, guide)
+    pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
     losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
     if point:
         with torch.no_grad():
@@ -175,20 +166,23 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     return Draws(draws, losses=losses, guide=guide)
 
 
-def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
+def _run_reparameterised(kind: str, default_guide: str, desc: str):
+    """The runner of ``svi`` (``kind="trace"``) or ``svi-meanfield`` (``"meanfield"``): they differ only
+    in the ELBO estimator and the default guide."""
+
+    def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
             init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
-    guide = make_guide(guide or "normal", model, init_loc_fn)
-    loss = make_elbo("trace", particles=particles, jit=jit, vectorize=vectorize)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi",
-                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+        guide = make_guide(guide or default_guide, model, init_loc_fn)
+        loss = make_elbo(kind, particles=particles, jit=jit, vectorize=vectorize)
+        return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
+                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+
+    run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
+    return run
 
 
-def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-                      init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
-    guide = make_guide(guide or "meanfield", model, init_loc_fn)
-    loss = make_elbo("meanfield", particles=particles, jit=jit, vectorize=vectorize)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield",
-                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+run_svi = _run_reparameterised("trace", "normal", "svi")
+run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfield")
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
