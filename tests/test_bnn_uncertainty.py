@@ -45,8 +45,8 @@ def test_ensemble_is_uncertain_in_the_gap():
     w = result.samples["layer1.weight"]
     assert w.shape[:2] == (5, 1) and not torch.allclose(w[0], w[1])  # independent starts, distinct members
     table = result.predict(GRID)
-    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.05  # measured 0.017
-    assert gap_ratio(table) >= 2.0  # measured 4.9
+    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.05  # measured 0.016
+    assert gap_ratio(table) >= 2.0  # measured 5.6
 
 
 @pytest.mark.parametrize("inference", ["map", "mle"])
@@ -57,7 +57,7 @@ def test_point_estimates_are_overconfident_in_the_gap(inference):
     assert np.allclose(table["epistemic_sd"], 0.0)
     assert gap_ratio(table) < 1.2  # the noise sd, the same everywhere
     z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
-    assert np.mean(z[GAP]) > 2.0  # errors of several claimed sds where there is no data
+    assert np.mean(z[GAP]) > 2.0  # measured 7.7 (map), 7.0 (mle); the ensemble's is 0.6
 
 
 @pytest.mark.parametrize("inference", ["svi", "mc-dropout"])
@@ -84,10 +84,10 @@ def digits():
 def map_auroc(digits):
     train, test, noise = digits
     fit = pyro_bdl.fit("bnn-classifier", train, inference="map", progress=False, seed=0)
-    return auroc(fit.predict(test)["entropy"], fit.predict(noise)["entropy"])  # measured 0.50
+    return auroc(fit.predict(test)["entropy"], fit.predict(noise)["entropy"])  # measured 0.45
 
 
-# measured (acc, ECE, AUROC vs noise images): svi .969/.035/.98, mc-dropout .969/.012/.90, ensemble .973/.022/.99
+# measured (acc, ECE, AUROC vs noise images): svi .969/.039/.98, mc-dropout .980/.024/.73, ensemble .978/.014/.88
 @pytest.mark.parametrize("inference", ["svi", "mc-dropout", "ensemble"])
 def test_digits_accuracy_calibration_and_ood(inference, digits, map_auroc):
     train, test, noise = digits

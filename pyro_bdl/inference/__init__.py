@@ -63,11 +63,11 @@ def _svi_methods():
 def _mcmc_methods():
     from .mcmc import run_mcmc
 
-    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False}
+    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False}
     return [
         Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                functools.partial(run_mcmc, "nuts"), {**hmc_defaults, "max_tree_depth": 10}),
-        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and diagonal mass matrix",
+        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass matrix (diagonal, or dense: full_mass)",
                functools.partial(run_mcmc, "hmc"), hmc_defaults),
         Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
                functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2}),

@@ -11,7 +11,16 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-__all__ = ["Draws", "latent_sites", "observed_sites"]
+__all__ = ["Draws", "as_flag", "latent_sites", "observed_sites"]
+
+
+def as_flag(value) -> bool:
+    """A boolean setting given as a bool, a number or text (``--set jit=false``); unclear text is an error."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError(f"expected a boolean setting (true or false), got '{value}'")
+        return value.lower() in ("true", "1", "yes", "on")
+    return bool(value)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 
 from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
-from .base import Draws
+from .base import Draws, as_flag
 
 
 class _StatsRecorder:
@@ -53,21 +53,27 @@ class _StatsRecorder:
         return {key: np.array([r[key] for r in self.rows]) for key in self.rows[0]}
 
 
-def _kernel(name: str, model, *, target_accept, max_tree_depth, jit):
+def _kernel(name: str, model, *, target_accept, max_tree_depth, jit, full_mass=False):
     if name == "nuts":
         return NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth, jit_compile=jit,
-                    ignore_jit_warnings=True)
+                    ignore_jit_warnings=True, full_mass=full_mass)
     if name == "hmc":
         return HMC(model, target_accept_prob=target_accept, jit_compile=jit, ignore_jit_warnings=True,
-                   trajectory_length=math.pi / 2)
+                   trajectory_length=math.pi / 2, full_mass=full_mass)
     if name == "metropolis":
         return RandomWalkKernel(model, target_accept_prob=0.234)
     raise ValueError(f"unknown MCMC kernel '{name}'")
 
 
 def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
-             target_accept: float = 0.8, max_tree_depth: int = 10, jit: bool = False, checkpoint=None) -> Draws:
+             target_accept: float = 0.8, max_tree_depth: int = 10, jit: bool = False, full_mass=False,
+             checkpoint=None) -> Draws:
     """Run ``chains`` chains of kernel ``name`` one after another; stack them as (chains, draws, ...).
+
+    ``full_mass`` (NUTS, HMC) adapts a dense mass matrix during warmup instead of a diagonal one: for
+    posteriors with strongly correlated coordinates (a regression on collinear features), where a
+    diagonal one leaves NUTS at its maximum tree depth.  It costs O(d^2) memory and O(d^3) per
+    adaptation window in the number of latent coordinates d, so it suits small models.
 
     With a :class:`~pyro_bdl.checkpoint.Checkpoint`, every finished chain is saved, and a rerun
     resumes after the last finished chain.
@@ -77,7 +83,8 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     if done:
         torch.set_rng_state(state["rng"])
     for _ in range(len(done), chains):
-        kernel = _kernel(name, model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=jit)
+        kernel = _kernel(name, model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=as_flag(jit),
+                         full_mass=as_flag(full_mass))
         recorder = _StatsRecorder(kernel, name)
         mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, num_chains=1,
                     disable_progbar=not progress, hook_fn=recorder)

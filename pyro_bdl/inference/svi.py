@@ -32,10 +32,12 @@ from tqdm import tqdm
 
 import pyro
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+import pyro.infer
+from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+from pyro.infer.util import torch_item
 
 from ..diagnostics import ConvergenceWarning
-from .base import Draws, latent_sites
+from .base import Draws, as_flag, latent_sites
 from .guides import MeanFieldGuide, drop_priors, make_guide
 from .jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from .local_reparam import LocalReparam
@@ -50,9 +52,44 @@ FINAL_LR_FRACTION = 0.01
 GRADIENT_CLAMP = 10.0
 
 
+class SVI(pyro.infer.SVI):
+    """Pyro's :class:`~pyro.infer.SVI` with a leaner :meth:`step` (same loss, gradients and update).
+
+    Pyro's step traces every ``pyro.param`` call of the loss to find the parameters, steps them, then
+    gives each a fresh zero gradient that the next backward pass adds into.  Here a loss whose
+    parameters cannot change after its first call (``fixed_params``: the compiled ELBOs) is traced
+    for them once, and gradients are released (``grad = None``) instead of zeroed: the next backward
+    pass writes them, which gives the same numbers as adding into zeros.  A parameter that was stepped
+    before and gets no gradient is still stepped with a zero one by the optimiser, as after Pyro's
+    zeroing (:class:`~pyro_bdl.inference.optim.FastClippedAdam`).
+    """
+
+    def __init__(self, model, guide, optim, loss):
+        super().__init__(model, guide, optim, loss)
+        self._elbo = loss
+        self._param_names = None  # the loss's parameter names, once known to be fixed
+
+    def step(self, *args, **kwargs) -> float:
+        names = self._param_names
+        if names is None:
+            with poutine.trace(param_only=True) as capture:
+                loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
+            params = [site["value"].unconstrained() for site in capture.trace.nodes.values()]
+            if getattr(self._elbo, "fixed_params", False):
+                self._param_names = tuple(capture.trace.nodes)
+        else:
+            loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
+            store = dict(pyro.get_param_store().named_parameters())  # name -> unconstrained tensor
+            params = [store[name] for name in names]
+        self.optim(params)
+        self.optim.zero_grad(params)
+        return torch_item(loss)
+
+
 def make_svi(model, guide, loss, *, lr: float, steps: int) -> SVI:
     """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate
-    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once)."""
+    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once),
+    stepped by a leaner ``SVI.step`` (:class:`SVI`)."""
     optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), clip_norm=GRADIENT_CLAMP)
     return SVI(model, guide, optim, loss)
 
@@ -62,17 +99,8 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
     draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
     ``particles > 1``, compiled (:mod:`pyro_bdl.inference.jit`) when ``jit``."""
     classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
-    cls = classes[kind][bool(_flag(jit))]
-    return cls(num_particles=int(particles), vectorize_particles=bool(_flag(vectorize)) and int(particles) > 1)
-
-
-def _flag(value) -> bool:
-    """A boolean setting given as a bool, a number or text (``--set jit=false``)."""
-    if isinstance(value, str):
-        if value.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-            raise ValueError(f"expected a boolean setting (true or false), got '{value}'")
-        return value.lower() in ("true", "1", "yes", "on")
-    return bool(value)
+    cls = classes[kind][bool(as_flag(jit))]
+    return cls(num_particles=int(particles), vectorize_particles=bool(as_flag(vectorize)) and int(particles) > 1)
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
@@ -164,7 +192,7 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
     # local reparameterisation changes training only: draws below come from the plain guide
-    pair = LocalReparam().wrap(model, guide) if _flag(local_reparam) else (model, guide)
+    pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
     losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
     if point:
         with torch.no_grad():
@@ -175,20 +203,23 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     return Draws(draws, losses=losses, guide=guide)
 
 
-def run_svi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
+def _run_reparameterised(kind: str, default_guide: str, desc: str):
+    """The runner of ``svi`` (``kind="trace"``) or ``svi-meanfield`` (``"meanfield"``): they differ only
+    in the ELBO estimator and the default guide."""
+
+    def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
             init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
-    guide = make_guide(guide or "normal", model, init_loc_fn)
-    loss = make_elbo("trace", particles=particles, jit=jit, vectorize=vectorize)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi",
-                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+        guide = make_guide(guide or default_guide, model, init_loc_fn)
+        loss = make_elbo(kind, particles=particles, jit=jit, vectorize=vectorize)
+        return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
+                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+
+    run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
+    return run
 
 
-def run_svi_meanfield(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-                      init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
-    guide = make_guide(guide or "meanfield", model, init_loc_fn)
-    loss = make_elbo("meanfield", particles=particles, jit=jit, vectorize=vectorize)
-    return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="svi-meanfield",
-                checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+run_svi = _run_reparameterised("trace", "normal", "svi")
+run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfield")
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
