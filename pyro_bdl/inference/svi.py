@@ -53,15 +53,16 @@ GRADIENT_CLAMP = 10.0
 
 
 class SVI(pyro.infer.SVI):
-    """Pyro's :class:`~pyro.infer.SVI` with a leaner :meth:`step` (same loss, gradients and update).
+    """Pyro's :class:`~pyro.infer.SVI` with a leaner :meth:`step`: the same losses, gradients and updates.
 
     Pyro's step traces every ``pyro.param`` call of the loss to find the parameters, steps them, then
     gives each a fresh zero gradient that the next backward pass adds into.  Here a loss whose
     parameters cannot change after its first call (``fixed_params``: the compiled ELBOs) is traced
-    for them once, and gradients are released (``grad = None``) instead of zeroed: the next backward
-    pass writes them, which gives the same numbers as adding into zeros.  A parameter that was stepped
-    before and gets no gradient is still stepped with a zero one by the optimiser, as after Pyro's
-    zeroing (:class:`~pyro_bdl.inference.optim.FastClippedAdam`).
+    for them once, and the optimiser clears the gradients (``FastClippedAdam.zero_grad``): it zeroes
+    those it keeps in one flat tensor and releases the others (``grad = None``: the next backward pass
+    writes them, the same numbers as adding into zeros; a parameter stepped before that gets no
+    gradient is stepped with a zero one, as after Pyro's zeroing).  ``tests/test_bbb_path.py`` checks
+    that both steps give the same numbers.
     """
 
     def __init__(self, model, guide, optim, loss):
