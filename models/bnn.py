@@ -84,12 +84,25 @@ class ScaleMixtureNormal(dist.TorchDistribution):
         return torch.logaddexp(wide, narrow)
 
 
+#: The priors' zero locations, by (shape, dtype, device): made once, so that a compiled ELBO holds them
+#: (and what follows from them alone, e.g. the prior's log sd) as constants instead of remaking them.
+_ZEROS: dict = {}
+
+
+def _zeros(shape, like: torch.Tensor) -> torch.Tensor:
+    key = (tuple(int(n) for n in shape), like.dtype, like.device)
+    zeros = _ZEROS.get(key)
+    if zeros is None:
+        zeros = _ZEROS[key] = torch.zeros(key[0], dtype=like.dtype, device=like.device)
+    return zeros
+
+
 def _prior(kind: str, scale: float, shape, like: torch.Tensor):
     if kind == "normal":
-        return dist.Normal(like.new_zeros(shape), scale).to_event(len(shape))
+        return dist.Normal(_zeros(shape, like), scale).to_event(len(shape))
     if kind == "scale-mixture":
         pi, s1, s2 = SCALE_MIXTURE
-        return ScaleMixtureNormal(like.new_zeros(shape), pi, s1, s2).to_event(len(shape))
+        return ScaleMixtureNormal(_zeros(shape, like), pi, s1, s2).to_event(len(shape))
     raise ValueError(f"unknown prior '{kind}'; choose one of: {', '.join(PRIORS)}")
 
 

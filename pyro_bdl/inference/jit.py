@@ -28,6 +28,7 @@ import torch
 
 import pyro
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
+from pyro.ops.jit import _hashable_args_kwargs
 from pyro.util import warn_if_nan
 
 __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
@@ -36,9 +37,15 @@ __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
 class _Compiled:
     """Mixin over a Pyro ELBO: ``loss_and_grads`` / ``differentiable_loss`` through a traced graph."""
 
+    #: The parameters are those of the first call: a replayed graph reads no others (and
+    #: pyro.ops.jit.trace refuses a function that creates new ones later).  The zoo's SVI step
+    #: (:func:`pyro_bdl.inference.svi.make_svi`) then looks them up once instead of at every step.
+    fixed_params = True
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._compiled = {}
+        self._compiled = {}  # (model, guide, tensor names, shapes) -> pyro.ops.jit function
+        self._graphs = {}  # (that key, static keywords) -> (its graph, its parameter names)
 
     def _particle_loss(self, model_trace, guide_trace) -> torch.Tensor:
         """The differentiable negative ELBO of one particle (a tensor, never ``.item()``: a trace would freeze it)."""
@@ -50,30 +57,52 @@ class _Compiled:
             loss = loss + self._particle_loss(model_trace, guide_trace) / self.num_particles
         return loss
 
-    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
+    def _loss(self, model, guide, args, kwargs) -> torch.Tensor:
+        """The compiled loss: traced at the first call for a key, the graph replayed after that."""
         names = tuple(k for k, v in kwargs.items() if torch.is_tensor(v))
         tensors = tuple(args) + tuple(kwargs[k] for k in names)
         static = {k: v for k, v in kwargs.items() if k not in names}
         key = (id(model), id(guide), len(args), names, tuple((t.shape, t.dtype) for t in tensors))
-        compiled = self._compiled.get(key)
-        if compiled is None:
+        try:  # the graph for these static keywords, once compiled
+            graph_key = (key, tuple(sorted(static.items())))
+            replay = self._graphs.get(graph_key)
+        except TypeError:  # unhashable static keywords: left to pyro.ops.jit, which hashes them by id
+            graph_key = replay = None
+        if replay is not None:
+            # the graph alone: pyro.ops.jit's call would wrap it in a param-capturing trace, to catch
+            # parameters created after compilation, which a replayed graph cannot create; the
+            # parameters are still read through pyro.param, so handlers (e.g. SVI's capture) see them
+            graph, param_names = replay
+            return graph(*(pyro.param(name).unconstrained() for name in param_names), *tensors)
+        function = self._compiled.get(key)
+        if function is None:
             weakself, n_args = weakref.ref(self), len(args)
 
             def loss_fn(*tensors, **static):
                 return weakself()._eager_loss(model, guide, tensors[:n_args], {**dict(zip(names, tensors[n_args:])), **static})
 
             # pyro.ops.jit.trace: the params are graph inputs; one graph per distinct `static`
-            compiled = self._compiled[key] = pyro.ops.jit.trace(loss_fn, ignore_warnings=True)
+            function = self._compiled[key] = pyro.ops.jit.trace(loss_fn, ignore_warnings=True)
         with warnings.catch_warnings():  # torch.jit.trace's deprecation notice: it is what works here
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
-            loss = compiled(*tensors, **static)
+            loss = function(*tensors, **static)
+        if graph_key is not None:  # pyro.ops.jit keys its graphs by (number of args, static keywords)
+            graph = function.compiled.get(_hashable_args_kwargs(tensors, static))
+            if graph is not None:
+                self._graphs[graph_key] = (graph, tuple(function._param_names))
+        return loss
+
+    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
+        loss = self._loss(model, guide, args, kwargs)
         warn_if_nan(loss, "loss")
         return loss
 
     def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss = self._loss(model, guide, args, kwargs)
         loss.backward()
-        return loss.item()
+        value = loss.item()
+        warn_if_nan(value, "loss")  # on the float, as Trace_ELBO.loss_and_grads does
+        return value
 
 
 class CompiledTrace_ELBO(_Compiled, Trace_ELBO):

@@ -32,7 +32,9 @@ from tqdm import tqdm
 
 import pyro
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+import pyro.infer
+from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+from pyro.infer.util import torch_item
 
 from ..diagnostics import ConvergenceWarning
 from .base import Draws, as_flag, latent_sites
@@ -50,9 +52,45 @@ FINAL_LR_FRACTION = 0.01
 GRADIENT_CLAMP = 10.0
 
 
+class SVI(pyro.infer.SVI):
+    """Pyro's :class:`~pyro.infer.SVI` with a leaner :meth:`step`: the same losses, gradients and updates.
+
+    Pyro's step traces every ``pyro.param`` call of the loss to find the parameters, steps them, then
+    gives each a fresh zero gradient that the next backward pass adds into.  Here a loss whose
+    parameters cannot change after its first call (``fixed_params``: the compiled ELBOs) is traced
+    for them once, and the optimiser clears the gradients (``FastClippedAdam.zero_grad``): it zeroes
+    those it keeps in one flat tensor and releases the others (``grad = None``: the next backward pass
+    writes them, the same numbers as adding into zeros; a parameter stepped before that gets no
+    gradient is stepped with a zero one, as after Pyro's zeroing).  ``tests/test_bbb_path.py`` checks
+    that both steps give the same numbers.
+    """
+
+    def __init__(self, model, guide, optim, loss):
+        super().__init__(model, guide, optim, loss)
+        self._elbo = loss
+        self._param_names = None  # the loss's parameter names, once known to be fixed
+
+    def step(self, *args, **kwargs) -> float:
+        names = self._param_names
+        if names is None:
+            with poutine.trace(param_only=True) as capture:
+                loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
+            params = [site["value"].unconstrained() for site in capture.trace.nodes.values()]
+            if getattr(self._elbo, "fixed_params", False):
+                self._param_names = tuple(capture.trace.nodes)
+        else:
+            loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
+            store = dict(pyro.get_param_store().named_parameters())  # name -> unconstrained tensor
+            params = [store[name] for name in names]
+        self.optim(params)
+        self.optim.zero_grad(params)
+        return torch_item(loss)
+
+
 def make_svi(model, guide, loss, *, lr: float, steps: int) -> SVI:
     """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate
-    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once)."""
+    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once),
+    stepped by a leaner ``SVI.step`` (:class:`SVI`)."""
     optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), clip_norm=GRADIENT_CLAMP)
     return SVI(model, guide, optim, loss)
 
