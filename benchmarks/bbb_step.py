@@ -384,6 +384,8 @@ class _Trainer:
         self.seconds = time.perf_counter() - start
 
     def advance(self, k: int) -> None:
+        if k <= 0:  # at the step cap already (e.g. --max-steps 1: the first step was taken when set up)
+            return
         start = time.perf_counter()
         for _ in range(k):
             self.steps += 1
@@ -420,7 +422,8 @@ def time_to_target(targets, max_steps: int, paths=("zoo", "hand", "hand+zoo-opti
             tr.done = tr.steps >= max_steps or all(v is not None for v in reached[tr.path].values())
     pyro.clear_param_store()
     return {tr.path: {"reached": reached[tr.path], "steps": tr.steps, "seconds": tr.seconds, "best": tr.best,
-                      "last": tr.last, "median_ms": statistics.median(tr.chunk_ms)} for tr in trainers}
+                      "last": tr.last, "median_ms": statistics.median(tr.chunk_ms) if tr.chunk_ms else math.nan}
+            for tr in trainers}
 
 
 def print_time_to_target(targets, max_steps: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -46,6 +47,20 @@ def test_svi_nan_loss_stops_training_with_a_warning():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="loss became nan at step"):
         result = pyro_bdl.fit(broken, {"y": torch.tensor(1.0)}, inference="map", progress=False, steps=500, lr=0.5)
     assert result.info["steps_run"] < 500 and not result.info["settled"]
+
+
+def test_svi_non_finite_parameters_are_put_back_to_the_last_finite_ones():
+    """A finite loss with a NaN gradient (sqrt's gradient below 1, masked by where) makes the parameters
+    NaN after one step; the next loss is NaN.  The fit keeps the last finite parameters."""
+    def broken(y=None):
+        mu = pyro.sample("mu", dist.Normal(3.0, 1.0))
+        pyro.factor("pull_down", -100.0 * mu + torch.where(mu > 1, torch.sqrt(mu - 1), torch.zeros(())))
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="put back to those after 1 steps"):
+        result = pyro_bdl.fit(broken, {"y": torch.tensor(1.0)}, inference="map", progress=False, steps=500, lr=0.5)
+    mu = float(result.posterior_mean("mu"))
+    assert math.isfinite(mu) and 1.0 < mu < 3.0, mu
 
 
 def test_importance_report_warns_on_collapsed_weights():

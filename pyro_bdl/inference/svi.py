@@ -106,16 +106,19 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
              checkpoint=None, checkpoint_every: int = 500) -> np.ndarray:
-    """Run ``steps`` of SVI with ClippedAdam; return the loss trace (stops early on a NaN loss).
+    """Run ``steps`` of SVI with ClippedAdam; return the loss trace.
 
-    With a :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses
-    are saved every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it
-    stopped.
+    A non-finite loss stops training with a :class:`~pyro_bdl.ConvergenceWarning`; if the parameters
+    themselves went non-finite, they are put back to the last finite ones (saved every
+    ``SNAPSHOT_EVERY`` steps), so the fit still has a guide to draw from.  With a
+    :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
+    every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it stopped.
     """
     svi = make_svi(model, guide, loss, lr=lr, steps=steps)
     optim = svi.optim
     losses = _resume(checkpoint, guide, optim, data)
     first = len(losses)
+    snapshot = None  # (step, the parameters) at the last snapshot
     with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
         try:
             for step in range(len(losses), steps):
@@ -131,13 +134,19 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                     value = float("nan")
                 losses.append(value)
                 if not math.isfinite(value):
+                    restored = _restore_if_broken(snapshot)
                     warnings.warn(
-                        f"{desc}: the loss became {value} at step {step}; training stopped. "
-                        "Try a smaller learning rate (--lr).",
+                        f"{desc}: the loss became {value} at step {step}; training stopped"
+                        + (f" and the parameters were put back to those after {restored} steps" if restored is not None else "")
+                        + ". Try a smaller learning rate (--lr).",
                         ConvergenceWarning,
                         stacklevel=2,
                     )
                     break
+                if (step - first) % SNAPSHOT_EVERY == 0:  # the parameters after this step, if all finite
+                    params = _parameters()
+                    if all(bool(torch.isfinite(p).all()) for p in params.values()):
+                        snapshot = (step + 1, params)
                 if step % 50 == 0 or step == steps - 1:
                     bar.set_postfix(loss=f"{value:.4g}", refresh=False)
                 bar.update()
@@ -150,11 +159,35 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     return np.asarray(losses, dtype=float)
 
 
-def _save(checkpoint, optim, losses) -> None:
+#: How often :func:`optimise` copies the parameters, to fall back on if they go non-finite.
+SNAPSHOT_EVERY = 50
+
+
+def _parameters() -> dict:
+    """A copy of every parameter in the store, unconstrained."""
     store = pyro.get_param_store()
+    return {name: store.get_param(name).unconstrained().detach().clone() for name in store.keys()}
+
+
+def _restore_if_broken(snapshot) -> int | None:
+    """Put the parameters back to ``snapshot`` (taken after a number of steps) if any is non-finite now;
+    returns that number of steps, or None if nothing was restored."""
+    store = pyro.get_param_store()
+    current = {name: store.get_param(name).unconstrained() for name in store.keys()}
+    if snapshot is None or all(bool(torch.isfinite(p).all()) for p in current.values()):
+        return None
+    step, saved = snapshot
+    with torch.no_grad():
+        for name, value in saved.items():
+            if name in current:
+                current[name].copy_(value)
+    return step
+
+
+def _save(checkpoint, optim, losses) -> None:
     checkpoint.save({
         "losses": torch.tensor(losses, dtype=torch.float64),
-        "params": {name: store.get_param(name).unconstrained().detach().clone() for name in store.keys()},
+        "params": _parameters(),
         "optim": optim.get_state(),
         "rng": torch.get_rng_state(),
     })
