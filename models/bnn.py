@@ -286,6 +286,11 @@ def _register():
     bnn_methods = ("svi", "svi-meanfield", "nuts", "hmc", "map", "mle", "mc-dropout", "ensemble")
     # MC dropout drops the input units of every layer after the first (the hidden units)
     dropout = {"mc-dropout": {"dropout_sites": _hidden_weight}}
+    # what the regressor and the classifier share: methods, standardised data, the BBB guide and its
+    # compiled path, the random start, dropout's sites
+    network = dict(methods=bnn_methods, standardize=True, guides={"bbb": bbb_guide},
+                   default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults=BBB_SETTINGS,
+                   init_loc_fn=init_network, method_kwargs=dropout)
     register(ModelSpec(
         name="bnn-regressor",
         model=bnn_regressor,
@@ -300,16 +305,10 @@ def _register():
                                  f"{NOISE_INIT})", lambda t: None
                                  if t.lower() in ("", "none") else float(t))},
         sites=("layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "sigma"),
-        methods=bnn_methods,
         default_data="sine",
         check_data=check_has_features,
         task="regression",
-        standardize=True,
-        guides={"bbb": bbb_guide},
-        default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
-        method_defaults=BBB_SETTINGS,
-        init_loc_fn=init_network,
-        method_kwargs=dropout,
+        **network,
     ))
     register(ModelSpec(
         name="bnn-classifier",
@@ -320,17 +319,11 @@ def _register():
               "standardised on the training data; the number of classes defaults to max label + 1."),
         options={**common, **classification_scale, "num_classes": Option(None, "number of classes (default: from the training labels)", int)},
         sites=("layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias"),
-        methods=bnn_methods,
         default_data="digits",
         check_data=lambda ds: (check_has_features(ds), _check_labels(ds)),
         task="classification",
-        standardize=True,
         infer_options=_num_classes,
-        guides={"bbb": bbb_guide},
-        default_guides={"svi": "bbb", "svi-meanfield": "bbb"},
-        method_defaults=BBB_SETTINGS,
-        init_loc_fn=init_network,
-        method_kwargs=dropout,
+        **network,
     ))
 
 
