@@ -57,3 +57,12 @@ def test_the_correctness_check_catches_a_dropped_constant():
     res = bench.check_losses(bench.REGRESSOR)
     assert res["trace"]["loss_rel"] > bench.LOSS_RTOL
     assert res["meanfield"]["loss_rel"] > bench.LOSS_RTOL
+
+
+def test_gradient_clamp_script_runs_a_fit_per_clamp(tmp_path):
+    script = SCRIPT.parent / "gradient_clamp.py"
+    proc = subprocess.run([sys.executable, str(script), "--clamps", "inf", "10", "--data", "sine", "--steps", "50"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("clamp")]
+    assert [line.split()[1] for line in lines] == ["inf", "10"] and all("gap/data" in line for line in lines)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from pyro.infer import NUTS
 
 import pyro_bdl
 import pyro_bdl.store
@@ -250,12 +251,23 @@ def collinear_problem(n: int = 40) -> Dataset:
                    ["x"], "y")
 
 
-def test_nuts_full_mass_is_the_model_default():
-    """(test_sampler_recovers_exact_posterior runs NUTS with it against the exact posterior.)"""
-    assert pyro_bdl.get_model("last-layer").method_defaults["nuts"] == {"full_mass": True}
-    result = pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
-                          samples=5, warmup=5, chains=1)
-    assert result.info["settings"]["full_mass"] is True
+@pytest.mark.parametrize("given,expected", [(None, True), ("false", False), (True, True)])
+def test_nuts_full_mass_is_the_model_default_and_reaches_the_kernel(given, expected, monkeypatch):
+    """The model's default (or the user's setting, text included) is what Pyro's NUTS is built with.
+    (test_sampler_recovers_exact_posterior runs NUTS with the default against the exact posterior.)"""
+    from pyro_bdl.inference import mcmc
+
+    built = []
+
+    def recording_nuts(*args, **kwargs):
+        built.append(kwargs["full_mass"])
+        return NUTS(*args, **kwargs)
+
+    monkeypatch.setattr(mcmc, "NUTS", recording_nuts)
+    settings = {} if given is None else {"full_mass": given}
+    pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
+                 samples=5, warmup=5, chains=1, **settings)
+    assert built == [expected]
 
 
 @pytest.mark.slow  # about a minute

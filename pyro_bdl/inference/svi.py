@@ -100,8 +100,8 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
     draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
     ``particles > 1``, compiled (:mod:`pyro_bdl.inference.jit`) when ``jit``."""
     classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
-    cls = classes[kind][bool(as_flag(jit))]
-    return cls(num_particles=int(particles), vectorize_particles=bool(as_flag(vectorize)) and int(particles) > 1)
+    cls = classes[kind][as_flag(jit)]
+    return cls(num_particles=int(particles), vectorize_particles=as_flag(vectorize) and int(particles) > 1)
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
@@ -145,7 +145,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                     break
                 if (step - first) % SNAPSHOT_EVERY == 0:  # the parameters after this step, if all finite
                     params = _parameters()
-                    if all(bool(torch.isfinite(p).all()) for p in params.values()):
+                    if _all_finite(params.values()):
                         snapshot = (step + 1, params)
                 if step % 50 == 0 or step == steps - 1:
                     bar.set_postfix(loss=f"{value:.4g}", refresh=False)
@@ -169,18 +169,26 @@ def _parameters() -> dict:
     return {name: store.get_param(name).unconstrained().detach().clone() for name in store.keys()}
 
 
+def _load_parameters(saved: dict) -> None:
+    """Copy ``saved`` (name -> unconstrained value, as :func:`_parameters` makes) into the store's parameters."""
+    store = pyro.get_param_store()
+    with torch.no_grad():
+        for name, value in saved.items():
+            store.get_param(name).unconstrained().copy_(value)
+
+
+def _all_finite(params) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in params)
+
+
 def _restore_if_broken(snapshot) -> int | None:
     """Put the parameters back to ``snapshot`` (taken after a number of steps) if any is non-finite now;
     returns that number of steps, or None if nothing was restored."""
     store = pyro.get_param_store()
-    current = {name: store.get_param(name).unconstrained() for name in store.keys()}
-    if snapshot is None or all(bool(torch.isfinite(p).all()) for p in current.values()):
+    if snapshot is None or _all_finite(store.get_param(name).unconstrained() for name in store.keys()):
         return None
     step, saved = snapshot
-    with torch.no_grad():
-        for name, value in saved.items():
-            if name in current:
-                current[name].copy_(value)
+    _load_parameters(saved)
     return step
 
 
@@ -200,10 +208,7 @@ def _resume(checkpoint, guide, optim, data) -> list:
         return []
     with poutine.block(), torch.no_grad():
         guide(**data)  # create the guide's parameters, then overwrite them
-    store = pyro.get_param_store()
-    with torch.no_grad():
-        for name, value in state["params"].items():
-            store.get_param(name).unconstrained().copy_(value)
+    _load_parameters(state["params"])
     optim.set_state(state["optim"])
     torch.set_rng_state(state["rng"])
     return state["losses"].tolist()

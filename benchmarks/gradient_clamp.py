@@ -1,0 +1,107 @@
+r"""Does the zoo optimiser's elementwise gradient clamp help or hurt Bayes by Backprop?  Fits with and without it.
+
+Run on demand (the test suite smoke-tests it with ``--steps 50 --data sine``)::
+
+    .venv/bin/python benchmarks/gradient_clamp.py --clamps inf 10 --data sine digits yacht concrete \
+        --uci-root ../shared/data/uci
+
+:func:`pyro_bdl.inference.svi.make_svi` clamps every gradient entry to ``[-GRADIENT_CLAMP, GRADIENT_CLAMP]``
+(Pyro's ClippedAdam ``clip_norm``).  A network's summed-likelihood gradients are about 1e5, so the clamp
+makes Adam close to sign descent; ``benchmarks/bbb_step.py`` shows that it slows the time to a target
+log-likelihood by an order of magnitude.  This script sets the module constant to each value of
+``--clamps`` (``inf`` = no clamp) and fits ``--method`` (default ``svi``) with otherwise default
+settings, seed 0, on
+
+* ``sine``: RMSE to the true curve where the data are, and the gap sd / in-data sd ratio;
+* ``digits``: test accuracy, ECE and the AUROC of entropy against noise images;
+* ``yacht``, ``concrete`` (needs ``--uci-root``): test RMSE and log-likelihood per point, original
+  units, mean and standard error over ``--splits`` (default 0 1 2).
+
+One line per (clamp, data set).  Nothing is asserted: the numbers are for deciding the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import warnings
+
+import numpy as np
+import torch
+
+import pyro_bdl
+import pyro_bdl.inference.svi as svi_module
+from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, load_uci, sine_curve, sine_grid
+from pyro_bdl.evaluate import evaluate_fit
+from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
+
+
+def sine_row(method: str, settings: dict) -> str:
+    fit = pyro_bdl.fit("bnn-regressor", "sine", inference=method, seed=0, progress=False, **settings)
+    grid = sine_grid(300)
+    xs = grid[:, 0]
+    inside = (((xs > -0.95) & (xs < SINE_GAP[0])) | ((xs > SINE_GAP[1]) & (xs < 0.95))).numpy()
+    gap = ((xs > -0.25) & (xs < 0.25)).numpy()
+    table = fit.predict(grid)
+    error = rmse(table["mean"].to_numpy()[inside], sine_curve(xs[inside]).numpy())
+    ratio = table["sd"][gap].mean() / table["sd"][inside].mean()
+    return f"rmse in data {error:.3f}, sd in data {table['sd'][inside].mean():.3f}, gap/data {ratio:.2f}"
+
+
+def digits_row(method: str, settings: dict) -> str:
+    train, test = digits_split()
+    fit = pyro_bdl.fit("bnn-classifier", train, inference=method, seed=0, progress=False, **settings)
+    table, noise = fit.predict(test), fit.predict(digits_ood(test, "noise"))
+    prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
+    labels = test.y.numpy()
+    return (f"accuracy {accuracy(prob, labels):.3f}, ECE {expected_calibration_error(prob, labels):.3f}, "
+            f"AUROC noise {auroc(table['entropy'], noise['entropy']):.3f}")
+
+
+def uci_row(name: str, root: str, splits, method: str, settings: dict) -> str:
+    rows = []
+    for split in splits:
+        train, test = load_uci(f"{root}/{name}", split)
+        metrics = evaluate_fit(pyro_bdl.fit("bnn-regressor", train, inference=method, seed=0, progress=False,
+                                            **settings), test)
+        rows.append((metrics["rmse"], metrics["test_ll"]))
+    r = np.asarray(rows)
+    se = r.std(0, ddof=1) / math.sqrt(len(r)) if len(r) > 1 else np.full(2, math.nan)
+    return f"RMSE {r[:, 0].mean():.3f} +- {se[0]:.3f}, LL {r[:, 1].mean():.3f} +- {se[1]:.3f} ({len(r)} splits)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clamps", type=float, nargs="+", default=[math.inf, svi_module.GRADIENT_CLAMP])
+    parser.add_argument("--data", nargs="+", default=["sine", "digits"],
+                        choices=["sine", "digits", "yacht", "concrete"])
+    parser.add_argument("--method", default="svi")
+    parser.add_argument("--steps", type=int, help="optimisation steps (default: the method's default)")
+    parser.add_argument("--uci-root", help="folder holding the UCI data sets (for yacht, concrete)")
+    parser.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args(argv)
+    if {"yacht", "concrete"} & set(args.data) and not args.uci_root:
+        parser.error("yacht and concrete need --uci-root")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=pyro_bdl.ConvergenceWarning)
+    settings = {} if args.steps is None else {"steps": args.steps}
+    default = svi_module.GRADIENT_CLAMP
+    try:
+        for clamp in args.clamps:
+            svi_module.GRADIENT_CLAMP = clamp  # read by make_svi at every fit
+            for name in args.data:
+                if name == "sine":
+                    row = sine_row(args.method, settings)
+                elif name == "digits":
+                    row = digits_row(args.method, settings)
+                else:
+                    row = uci_row(name, args.uci_root, args.splits, args.method, settings)
+                print(f"clamp {clamp:g}  {args.method}  {name:<9} {row}", flush=True)
+    finally:
+        svi_module.GRADIENT_CLAMP = default
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
