@@ -28,8 +28,12 @@ import torch
 
 import pyro
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
-from pyro.ops.jit import _hashable_args_kwargs
 from pyro.util import warn_if_nan
+
+try:  # private to pyro.ops.jit (1.9): how it keys its compiled graphs; without it, every call goes through it
+    from pyro.ops.jit import _hashable_args_kwargs
+except ImportError:  # pragma: no cover - a future Pyro
+    _hashable_args_kwargs = None
 
 __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
 
@@ -86,7 +90,7 @@ class _Compiled:
         with warnings.catch_warnings():  # torch.jit.trace's deprecation notice: it is what works here
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
             loss = function(*tensors, **static)
-        if graph_key is not None:  # pyro.ops.jit keys its graphs by (number of args, static keywords)
+        if graph_key is not None and _hashable_args_kwargs is not None:  # pyro.ops.jit's key for the graph
             graph = function.compiled.get(_hashable_args_kwargs(tensors, static))
             if graph is not None:
                 self._graphs[graph_key] = (graph, tuple(function._param_names))
