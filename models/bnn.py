@@ -45,12 +45,54 @@ import torch
 import torch.nn.functional as F
 from pyro.poutine.runtime import effectful
 
-__all__ = ["bbb_guide", "sample_layers", "forward", "bnn_regressor", "bnn_classifier", "ACTIVATIONS", "PRIORS"]
+__all__ = ["CenteredNormal", "bbb_guide", "sample_layers", "forward", "bnn_regressor", "bnn_classifier", "ACTIVATIONS", "PRIORS"]
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid}
 
 #: Blundell et al.'s scale mixture: pi, sigma_1, sigma_2.
 SCALE_MIXTURE = (0.5, 1.0, math.exp(-6.0))
+#: log sqrt(2 pi), the normal density's constant.
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class CenteredNormal(dist.Normal):
+    r"""The normal prior of a layer's weights or biases: :math:`\mathcal N(0, s^2)` elementwise, ``s`` a number.
+
+    The same distribution as ``dist.Normal(zeros, s)``, with its log density
+
+    .. math:: \log p(w) = -\frac{w^2}{2 s^2} - \log s - \log\sqrt{2\pi}
+
+    and its KL from a Normal guide factor (registered below) computed with ``s`` as a number, where
+    ``dist.Normal`` makes s^2 and log s tensors the size of W at every evaluation.
+
+    >>> p = CenteredNormal(0.5, (2, 3))
+    >>> p.batch_shape, float(p.scale[0, 0])
+    (torch.Size([2, 3]), 0.5)
+    >>> w = torch.randn(2, 3)
+    >>> bool(torch.allclose(p.log_prob(w), dist.Normal(0.0, 0.5).log_prob(w)))
+    True
+    """
+
+    def __init__(self, scale: float, shape, like: torch.Tensor | None = None, validate_args=None):
+        self.s = float(scale)
+        if not self.s > 0:
+            raise ValueError(f"the prior sd must be positive, got {scale}")
+        zeros = _zeros(shape, torch.zeros(()) if like is None else like)
+        super().__init__(zeros, self.s, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        return CenteredNormal(self.s, torch.Size(batch_shape), self.loc, validate_args=self._validate_args)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        return value.square() * (-0.5 / self.s**2) - (math.log(self.s) + LOG_SQRT_2PI)
+
+
+@torch.distributions.kl.register_kl(dist.Normal, CenteredNormal)
+def _kl_normal_centered(q: dist.Normal, p: CenteredNormal) -> torch.Tensor:
+    r""":math:`\mathrm{KL}(\mathcal N(\mu, \sigma^2) \| \mathcal N(0, s^2)) = \log s - \log\sigma + \frac{\sigma^2 + \mu^2}{2 s^2} - \frac12`."""
+    return (q.scale.square() + q.loc.square()) * (0.5 / p.s**2) - q.scale.log() + (math.log(p.s) - 0.5)
 
 
 class ScaleMixtureNormal(dist.TorchDistribution):
@@ -99,7 +141,7 @@ def _zeros(shape, like: torch.Tensor) -> torch.Tensor:
 
 def _prior(kind: str, scale: float, shape, like: torch.Tensor):
     if kind == "normal":
-        return dist.Normal(_zeros(shape, like), scale).to_event(len(shape))
+        return CenteredNormal(scale, shape, like).to_event(len(shape))
     if kind == "scale-mixture":
         pi, s1, s2 = SCALE_MIXTURE
         return ScaleMixtureNormal(_zeros(shape, like), pi, s1, s2).to_event(len(shape))
@@ -131,6 +173,8 @@ def dense(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     the plain product; inference handlers may answer it differently, e.g. MC dropout's per-example
     masks (:class:`pyro_bdl.inference.dropout.DropoutMessenger`).
     """
+    if W.dim() == 2:  # one network: the fused h W^T + b
+        return F.linear(h, W, b)
     return h @ W.transpose(-1, -2) + b.unsqueeze(-2)
 
 

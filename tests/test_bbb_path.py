@@ -86,6 +86,57 @@ def test_compiled_elbo_recompiles_for_new_shapes_and_settings():
     assert math.isfinite(short)
 
 
+def test_compiled_elbo_leaves_the_jit_executor_setting_as_it_found_it():
+    """The graph runs unoptimised (``OPTIMIZE_GRAPH``), the caller's setting is restored, even on error."""
+    from pyro_bdl.inference import jit
+
+    model, guide, data = _problem("regressor")
+    elbo = CompiledTrace_ELBO()
+    seen = []
+    original = jit._Compiled._compiled_loss
+
+    def spy(self, *args):
+        seen.append(torch._C._get_graph_executor_optimize())
+        return original(self, *args)
+
+    for outer in (True, False):
+        with torch.jit.optimized_execution(outer):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(jit._Compiled, "_compiled_loss", spy)
+                elbo.loss_and_grads(model, guide, **data)
+                with pytest.raises(RuntimeError):  # shapes that do not multiply: the error passes through
+                    elbo.loss_and_grads(model, guide, X=data["X"][:, :1], y=data["y"])
+            assert torch._C._get_graph_executor_optimize() is outer
+    assert seen and set(seen) == {jit.OPTIMIZE_GRAPH}
+
+
+def test_mean_field_factor_log_prob_of_its_own_draw_is_the_normal_density():
+    """``_Normal.log_prob`` of the draw it made (computed from eps) equals ``dist.Normal.log_prob``:
+    the same value and the same gradients with respect to mu and rho; other values go the generic way."""
+    import pyro.distributions as dist
+    import torch.nn.functional as F
+
+    from pyro_bdl.inference.guides import _Normal
+
+    g = torch.Generator().manual_seed(3)
+    loc = torch.randn(7, 5, generator=g).requires_grad_()
+    rho = torch.randn(7, 5, generator=g).requires_grad_()
+    torch.manual_seed(0)
+    q = _Normal(loc, F.softplus(rho))
+    w = q.rsample((2,))
+    fast = q.log_prob(w)
+    generic = dist.Normal(loc, F.softplus(rho)).log_prob(w)
+    assert torch.allclose(fast, generic, rtol=1e-5, atol=1e-5)
+    # total derivatives through w = mu + sigma eps (d/dmu is zero: the fast form does not use mu at all)
+    grads_fast = torch.autograd.grad(fast.sum(), (loc, rho), allow_unused=True, materialize_grads=True,
+                                     retain_graph=True)
+    grads_generic = torch.autograd.grad(generic.sum(), (loc, rho))
+    for a, b in zip(grads_fast, grads_generic):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4)
+    other = w.detach() + 0.5
+    assert torch.equal(q.log_prob(other), dist.Normal(loc, F.softplus(rho)).log_prob(other))
+
+
 def _vectorised_traces(model, guide, data, particles):
     with pyro.plate("particles", particles, dim=-2):
         guide_trace = poutine.trace(guide).get_trace(**data)

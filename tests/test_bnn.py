@@ -122,6 +122,40 @@ def test_mc_dropout_draws_drop_hidden_units_at_rate_p():
     assert result.predict(sine_grid(20))["epistemic_sd"].min() > 0
 
 
+def test_centered_normal_prior_is_normal_with_mean_zero():
+    """The weights' prior: the log density, the expanded prior and the KL from a Normal guide factor
+    equal those of ``dist.Normal(0, s)``; a non-positive sd is refused."""
+    import pyro.distributions as dist
+    from torch.distributions import kl_divergence
+
+    from pyro_bdl.models.bnn import CenteredNormal
+
+    g = torch.Generator().manual_seed(0)
+    p, ref = CenteredNormal(0.3, (4, 5)), dist.Normal(torch.zeros(4, 5), 0.3)
+    w = torch.randn(3, 4, 5, generator=g)
+    assert torch.allclose(p.log_prob(w), ref.log_prob(w), atol=1e-5)
+    wide = p.expand((2, 4, 5))
+    assert isinstance(wide, CenteredNormal) and wide.batch_shape == (2, 4, 5) and wide.s == 0.3
+    q = dist.Normal(torch.randn(4, 5, generator=g), torch.rand(4, 5, generator=g) + 0.05)
+    assert torch.allclose(kl_divergence(q, p), kl_divergence(q, ref), atol=1e-5)
+    assert torch.allclose(kl_divergence(q.to_event(2), p.to_event(2)), kl_divergence(q, ref).sum(), rtol=1e-5)
+    with pytest.raises(ValueError, match="prior sd"):
+        CenteredNormal(0.0, (2,))
+
+
+def test_dense_layer_is_h_w_transpose_plus_b_for_one_and_for_batched_weights():
+    from pyro_bdl.models.bnn import dense
+
+    g = torch.Generator().manual_seed(0)
+    h, W, b = torch.randn(6, 4, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
+    assert torch.allclose(dense(h, W, b), h @ W.T + b, atol=1e-6)
+    Ws, bs = torch.randn(2, 1, 3, 4, generator=g), torch.randn(2, 1, 3, generator=g)  # (particles, 1, out, in)
+    out = dense(h, Ws, bs)
+    assert out.shape == (2, 1, 6, 3)
+    for k in range(2):
+        assert torch.allclose(out[k, 0], dense(h, Ws[k, 0], bs[k, 0]), atol=1e-6)
+
+
 def test_dropout_messenger_masks_each_example_and_scales_the_prior():
     """Training-time dropout: an independent mask per example (identical inputs, different outputs),
     kept units at rate 1 - p, and the dropped layer's log prior scaled by 1 - p."""

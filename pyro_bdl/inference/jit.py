@@ -4,7 +4,8 @@ r"""Compiled ELBOs: one ``torch.jit.trace`` of model + guide + ELBO, replayed at
 ``Trace_ELBO`` and ``TraceMeanField_ELBO`` compute (the tests check loss and gradients at the same
 random draws), without re-running Pyro's effect handlers, traces and distribution objects at every
 step: the first call traces the loss with :func:`pyro.ops.jit.trace` (with argument validation
-off; the eager run that precedes it is validated), later calls replay the compiled graph. Random
+off; the eager run that precedes it is validated), later calls replay the traced graph (without the
+JIT's graph optimisations, :data:`OPTIMIZE_GRAPH`). Random
 draws (the guide's ``eps``, a plate's subsample indices) are operations of the graph, fresh at
 every call.
 
@@ -37,6 +38,14 @@ except ImportError:  # pragma: no cover - a future Pyro
 
 __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
 
+#: Whether the TorchScript executor optimises the traced graph.  Off: the recorded operations run as
+#: they are and autograd differentiates them with its own kernels.  The optimised executor rewrites
+#: the graph into differentiable subgraphs with TorchScript's symbolic gradients (e.g. a ReLU's
+#: backward in three operations instead of one) and, without a CPU fuser in the standard CPU builds,
+#: fuses nothing to pay for them: measured with ``benchmarks/bbb_step.py``, the optimised graph's
+#: step is 6-15 % slower on both networks.
+OPTIMIZE_GRAPH = False
+
 
 class _Compiled:
     """Mixin over a Pyro ELBO: ``loss_and_grads`` / ``differentiable_loss`` through a traced graph."""
@@ -62,6 +71,11 @@ class _Compiled:
         return loss
 
     def _loss(self, model, guide, args, kwargs) -> torch.Tensor:
+        """The compiled loss, run without the JIT's graph optimisations (:data:`OPTIMIZE_GRAPH`)."""
+        with torch.jit.optimized_execution(OPTIMIZE_GRAPH):
+            return self._compiled_loss(model, guide, args, kwargs)
+
+    def _compiled_loss(self, model, guide, args, kwargs) -> torch.Tensor:
         """The compiled loss: traced at the first call for a key, the graph replayed after that."""
         names = tuple(k for k, v in kwargs.items() if torch.is_tensor(v))
         tensors = tuple(args) + tuple(kwargs[k] for k in names)
