@@ -30,7 +30,9 @@ Run on demand (the test suite smoke-tests it with ``--quick`` and never asserts 
    points): the zoo's default ``svi`` path (compiled, ClippedAdam with the decaying rate, lr 0.02)
    against the hand-written loop (Adam, lr 0.02), and, as a diagnostic, the hand-written loop with
    the zoo's optimiser, with and without its elementwise gradient clamp (``clip_norm=10``).  Every ``EVAL_EVERY`` steps the LPD is estimated from ``EVAL_DRAWS`` draws of q
-   (evaluation time excluded; the best possible is about 0.88).  The paths train interleaved.
+   (evaluation time excluded; the best possible is about 0.88).  The paths train interleaved.  At
+   the end, each path's negative ELBO (the objective all of them minimise: expected NLL from 50 draws
+   plus the closed-form KL) says whether a path that is slow to the target also optimises worse.
    Single first crossings of a noisy curve from one seed: read them as orders of magnitude.
 
 Ratios are the result; absolute milliseconds depend on the machine and its load (printed).
@@ -364,6 +366,22 @@ def test_lpd(pairs, Xte, yte, noise: float, draws: int = EVAL_DRAWS, seed: int =
     return float((torch.logsumexp(torch.stack(logps), 0) - math.log(draws)).mean())
 
 
+def negative_elbo(pairs, X, y, noise: float, prior_sd, draws: int = 50, seed: int = 7) -> float:
+    """The regression objective every path minimises, estimated the same way for all: the expected
+    NLL of the training data over ``draws`` draws of q plus the closed-form KL(q || p)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        sigmas = [F.softplus(rho) for _, rho in pairs]
+        kl = sum(float((math.log(sp) - torch.log(s) + (s * s + m * m) / (2 * sp * sp) - 0.5).sum())
+                 for (m, _), s, sp in zip(pairs, sigmas, prior_sd))
+        nll = 0.0
+        for _ in range(draws):
+            ws = [m + s * torch.randn(m.shape, generator=g) for (m, _), s in zip(pairs, sigmas)]
+            z = (y - HandBBB.forward(X, ws)[:, 0]) / noise
+            nll += float(0.5 * (z * z).sum() + y.shape[0] * (math.log(noise) + LOG_SQRT_2PI)) / draws
+    return nll + kl
+
+
 class _Trainer:
     """One time-to-target path on the regression problem: "zoo", "hand", "hand+zoo-optim" or "...-noclip"."""
 
@@ -420,9 +438,12 @@ def time_to_target(targets, max_steps: int, paths=("zoo", "hand", "hand+zoo-opti
                     if reached[tr.path][t] is None and tr.last > t:
                         reached[tr.path][t] = (tr.steps, tr.seconds)
             tr.done = tr.steps >= max_steps or all(v is not None for v in reached[tr.path].values())
+    prior_sd = hand_bbb(REGRESSOR).prior_sd
+    final = {tr.path: negative_elbo(tr.pairs(), Xtr, ytr, noise, prior_sd) for tr in trainers}
     pyro.clear_param_store()
     return {tr.path: {"reached": reached[tr.path], "steps": tr.steps, "seconds": tr.seconds, "best": tr.best,
-                      "last": tr.last, "median_ms": statistics.median(tr.chunk_ms) if tr.chunk_ms else math.nan}
+                      "last": tr.last, "median_ms": statistics.median(tr.chunk_ms) if tr.chunk_ms else math.nan,
+                      "neg_elbo": final[tr.path]}
             for tr in trainers}
 
 
@@ -440,7 +461,8 @@ def print_time_to_target(targets, max_steps: int) -> None:
         print(f"  {t:7.2f}" + cells)
     for path, r in results.items():
         print(f"  {path:<21} = {labels[path]}: {r['steps']} steps, {r['seconds']:.2f} s of training (median "
-              f"{r['median_ms']:.2f} ms/step), best lpd {r['best']:.3f}, last {r['last']:.3f}")
+              f"{r['median_ms']:.2f} ms/step), best lpd {r['best']:.3f}, last {r['last']:.3f}, "
+              f"final -ELBO {r['neg_elbo']:.0f}")
     for t in targets:
         z, h = results["zoo"]["reached"][t], results["hand"]["reached"][t]
         if z and h:

@@ -34,8 +34,26 @@ def test_quick_run_prints_the_ratio_lines(tmp_path):
                      "svi-meanfield eager (before)", "svi-meanfield + local_reparam"):
             assert f"ratio zoo/hand [{model}, {path}] = " in out, out
     assert "ratio zoo/hand [time to lpd > 0.70] = " in out, out
+    assert out.count("final -ELBO ") == 4, out  # every time-to-target path reports its objective
     assert "MISMATCH" not in out
     assert "torch threads 1" in out
+
+
+def test_time_to_target_objective_is_the_hand_written_loss_in_expectation():
+    """``negative_elbo`` (expected NLL + closed-form KL) at near-zero sds equals the hand-written loss at
+    eps = 0, which is then the whole expectation."""
+    import torch
+
+    bench = _load_benchmark()
+    hand = bench.hand_bbb(bench.REGRESSOR, seed=0)
+    with torch.no_grad():
+        for rho in hand.rhos:
+            rho.fill_(-30.0)
+    X, y = bench.regression_data(200, seed=3)
+    pairs = list(zip(hand.mus, hand.rhos))
+    got = bench.negative_elbo(pairs, X, y, 0.1, hand.prior_sd, draws=3)
+    want = float(hand.loss(X, y, X.shape[0], eps=[torch.zeros_like(m) for m in hand.mus]))
+    assert abs(got - want) < 1e-4 * abs(want)
 
 
 @pytest.mark.parametrize("config", ["REGRESSOR", "SMALL_CLASSIFIER"])
