@@ -186,6 +186,7 @@ def test_fit_uses_the_compiled_vectorised_path_and_resumes(tmp_path, monkeypatch
     saved = torch.load(tmp_path / "ck", weights_only=True)["state"]["losses"]
     result = pyro_bdl.fit("bnn-regressor", ds, **kw)
     assert result.info["settings"]["jit"] and result.info["settings"]["vectorize"]
+    assert result.info["settings"]["grad_clamp"] == math.inf and result.info["settings"]["lr_hold"] == 0.5
     assert len(result.losses) == 150 and torch.allclose(torch.tensor(result.losses[:len(saved)]), saved)
     assert calls["n"] < 100 + 60  # only the remaining steps were run
     assert result.losses[-1] < result.losses[0]
@@ -243,17 +244,20 @@ def test_fit_with_local_reparameterisation():
         pyro_bdl.fit("bnn-classifier", "digits", inference="svi", progress=False, steps=2, local_reparam="maybe")
 
 
-def test_fast_clipped_adam_is_pyros_clipped_adam():
+@pytest.mark.parametrize("clamp", [2.0, math.inf])
+def test_fast_clipped_adam_is_pyros_clipped_adam(clamp):
+    """The same updates as Pyro's ClippedAdam, with a clamp that bites and with none (inf; Pyro's
+    ClippedAdam with a clamp no gradient reaches)."""
     from pyro.optim import ClippedAdam
 
     from pyro_bdl.inference.optim import FastClippedAdam
 
-    args = {"lr": 0.05, "lrd": 0.99, "clip_norm": 2.0}
+    args = {"lr": 0.05, "lrd": 0.99, "clip_norm": clamp}
     g = torch.Generator().manual_seed(0)
     init = [torch.randn(4, 3, generator=g), torch.randn(5, generator=g)]
     grads = [[3 * torch.randn(t.shape, generator=g) for t in init] for _ in range(6)]
     results = []
-    for optim in (ClippedAdam(args), FastClippedAdam(**args)):
+    for optim in (ClippedAdam({**args, "clip_norm": min(clamp, 1e30)}), FastClippedAdam(**args)):
         pyro.clear_param_store()
         params = [pyro.param(f"p{i}", t.clone()).unconstrained() for i, t in enumerate(init)]
         for k, step_grads in enumerate(grads):
@@ -266,6 +270,46 @@ def test_fast_clipped_adam_is_pyros_clipped_adam():
         results.append([p.detach().clone() for p in params])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_grad_clamp_setting_reaches_the_optimiser_and_must_be_positive(monkeypatch):
+    from pyro_bdl.inference import svi
+
+    seen = []
+    real = svi.make_svi
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["grad_clamp"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(svi, "make_svi", spy)
+    for method, extra in (("svi", {"samples": 5}), ("map", {})):
+        pyro_bdl.fit("blr", inference=method, progress=False, steps=5, grad_clamp=3.5, **extra)
+        pyro_bdl.fit("blr", inference=method, progress=False, steps=5, **extra)
+    assert seen == [3.5, svi.GRADIENT_CLAMP] * 2  # the setting, else the default
+    with pytest.raises(ValueError, match="gradient clamp must be positive"):
+        pyro_bdl.fit("blr", inference="svi", progress=False, steps=5, grad_clamp=0.0)
+
+
+@pytest.mark.parametrize("lr_hold", [0.0, 0.5])
+def test_rate_is_held_for_a_fraction_of_the_steps_then_decays_to_one_percent(lr_hold):
+    """make_svi's schedule: lr for the first ``lr_hold`` of the steps, then geometric decay to
+    FINAL_LR_FRACTION * lr at the last step; a fraction outside [0, 1) is refused."""
+    from pyro_bdl.inference import svi
+
+    steps, lr = 40, 0.1
+    hold = int(lr_hold * steps)
+    optim = svi.make_svi(lambda: None, lambda: None, None, lr=lr, steps=steps, lr_hold=lr_hold).optim
+    p = torch.zeros(1, requires_grad=True)
+    rates = []
+    for _ in range(steps):
+        p.grad = torch.ones(1)
+        optim._step([p])
+        rates.append(optim.state[p]["lr"])
+    assert rates[:hold] == [lr] * hold
+    assert rates[hold] < lr and rates[-1] == pytest.approx(svi.FINAL_LR_FRACTION * lr, rel=1e-9)
+    with pytest.raises(ValueError, match="lr_hold"):
+        svi.make_svi(lambda: None, lambda: None, None, lr=lr, steps=steps, lr_hold=1.0)
 
 
 def test_fast_clipped_adam_resumes_from_pyros_saved_state():

@@ -44,7 +44,8 @@ class Method:
 def _svi_methods():
     from . import svi
 
-    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None,
+    adam = {"grad_clamp": svi.GRADIENT_CLAMP, "lr_hold": svi.LR_HOLD}  # the optimiser's (svi.make_svi)
+    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **adam,
               "jit": False, "vectorize": False, "local_reparam": False}  # see pyro_bdl.inference.svi
     return [
         Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
@@ -52,11 +53,12 @@ def _svi_methods():
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
                svi.run_svi_meanfield, common, takes_guide=True),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
-               svi.run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None}, takes_guide=True),
+               svi.run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None,
+                             **adam}, takes_guide=True),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
-               svi.run_map, {"steps": 2000, "lr": 0.02, "batch_size": None}),
+               svi.run_map, {"steps": 2000, "lr": 0.02, "batch_size": None, **adam}),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               svi.run_mle, {"steps": 2000, "lr": 0.02, "batch_size": None}),
+               svi.run_mle, {"steps": 2000, "lr": 0.02, "batch_size": None, **adam}),
     ]
 
 

@@ -9,11 +9,12 @@ parameter, at its ``t``-th step,
 
     g \leftarrow \mathrm{clamp}(g, -c, c), \quad m \leftarrow \beta_1 m + (1 - \beta_1) g, \quad
     v \leftarrow \beta_2 v + (1 - \beta_2) g^2, \quad
-    \theta \leftarrow \theta - \eta_0 \rho^t \frac{\sqrt{1 - \beta_2^t}}{1 - \beta_1^t}
+    \theta \leftarrow \theta - \eta_0 \rho^{\max(0,\, t - h)} \frac{\sqrt{1 - \beta_2^t}}{1 - \beta_1^t}
     \frac{m}{\sqrt v + \epsilon},
 
-with ``c = clip_norm`` (an elementwise clamp, despite the name) and the rate decaying by ``lrd``
-(:math:`\rho`) at every step.  The tests check it against ``pyro.optim.ClippedAdam`` step by step.
+with ``c = clip_norm`` (an elementwise clamp, despite the name; ``inf``: none) and the rate held for
+the first ``hold`` (:math:`h`) steps, then decaying by ``lrd`` (:math:`\rho`) at every step.  With
+``hold=0`` it is ``pyro.optim.ClippedAdam``, and the tests check it against that step by step.
 
 On small parameters the update runs on one flat tensor (each parameter, gradient and moment a view
 into it: :meth:`FastClippedAdam._flat_views`), nine operations a step whatever the number of
@@ -52,9 +53,12 @@ class FastClippedAdam(PyroOptim):
     tensor([-0.1000,  0.1000,  0.0000])
     """
 
-    def __init__(self, lr: float, lrd: float = 1.0, clip_norm: float = 10.0, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, lr: float, lrd: float = 1.0, clip_norm: float = 10.0, betas=(0.9, 0.999), eps: float = 1e-8,
+                 hold: int = 0):
+        if not clip_norm > 0:
+            raise ValueError(f"the gradient clamp must be positive (inf: none), got {clip_norm}")
         super().__init__(torch.optim.Adam, {})  # only so that pyro's SVI accepts it; never used
-        self.lr, self.lrd, self.clip_norm, self.betas, self.eps = lr, lrd, clip_norm, betas, eps
+        self.lr, self.lrd, self.clip_norm, self.betas, self.eps, self.hold = lr, lrd, clip_norm, betas, eps, int(hold)
         self.state: dict = {}  # parameter tensor -> its state
         self._betas_t: dict = {}  # dtype -> (beta1, beta2) as 0-dim tensors
         self._flat = None  # the group laid out flat: (params, their data_ptrs, their grads' data_ptrs, flat tensors)
@@ -93,15 +97,17 @@ class FastClippedAdam(PyroOptim):
         for p in params:
             state = self._state_of(p)
             state["step"] += 1
-            state["lr"] *= self.lrd
+            if state["step"] > self.hold:
+                state["lr"] *= self.lrd
             groups.setdefault((state["step"], state["lr"], p.dtype), []).append((p, state))
         beta1, beta2 = self.betas
         for (step, lr, dtype), members in groups.items():
             beta1_t, beta2_t = self._betas_as(dtype)
             # one flat tensor each (the parameters, gradients and moments are views into them), else the lists
             ps, grads, m, v = self._flat_views(members)
-            torch._foreach_clamp_min_(grads, -self.clip_norm)
-            torch._foreach_clamp_max_(grads, self.clip_norm)
+            if math.isfinite(self.clip_norm):  # inf: no clamp, plain Adam with the decaying rate
+                torch._foreach_clamp_min_(grads, -self.clip_norm)
+                torch._foreach_clamp_max_(grads, self.clip_norm)
             torch._foreach_mul_(m, beta1_t)
             torch._foreach_add_(m, grads, alpha=1 - beta1)
             torch._foreach_mul_(v, beta2_t)

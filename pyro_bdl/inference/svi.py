@@ -13,7 +13,9 @@ method             guide                       loss
 ``mle``            AutoDelta, priors dropped   Trace_ELBO = -log p(y | theta)
 =================  ==========================  ======================================
 
-``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
+Every method here takes two optimiser settings (:func:`make_svi`): ``grad_clamp``, the elementwise
+gradient clamp (:data:`GRADIENT_CLAMP`; ``inf`` turns it off), and ``lr_hold``, the fraction of the
+steps at the full rate before it decays (:data:`LR_HOLD`).  ``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
 ELBO once, :mod:`pyro_bdl.inference.jit`; same loss and gradients), ``vectorize`` (``particles``
 draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local
 reparameterisation trick for a network's ``dense`` layers, :mod:`pyro_bdl.inference.local_reparam`).
@@ -46,9 +48,13 @@ from .optim import FastClippedAdam
 #: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
 #: final parameters settle instead of jittering at the optimiser's noise floor.
 FINAL_LR_FRACTION = 0.01
-#: ClippedAdam clamps every gradient entry to [-GRADIENT_CLAMP, GRADIENT_CLAMP] (an elementwise clamp,
-#: despite Pyro's name clip_norm).  It guards far-off starts; on networks, whose summed-likelihood
-#: gradients are large, it makes Adam close to sign descent (see the issue-3 note for what removing it did).
+#: ... from the first step, or after holding ``lr`` for the fraction ``lr_hold`` of the steps (a setting;
+#: the networks' SVI path holds it for half: see ``models/bnn.py``).
+LR_HOLD = 0.0
+#: The default of the ``grad_clamp`` setting: ClippedAdam clamps every gradient entry to
+#: [-grad_clamp, grad_clamp] (an elementwise clamp, despite Pyro's name clip_norm; ``inf``: none).  It
+#: guards far-off starts.  On networks, whose summed-likelihood gradients are about 1e5, it makes Adam
+#: close to sign descent; the networks' SVI path turns it off (see ``models/bnn.py``).
 GRADIENT_CLAMP = 10.0
 
 
@@ -87,11 +93,18 @@ class SVI(pyro.infer.SVI):
         return torch_item(loss)
 
 
-def make_svi(model, guide, loss, *, lr: float, steps: int) -> SVI:
-    """The SVI object every optimisation-based method steps: ClippedAdam with the decaying rate
-    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once),
+def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = GRADIENT_CLAMP,
+             lr_hold: float = LR_HOLD) -> SVI:
+    """The SVI object every optimisation-based method steps: ClippedAdam
+    (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once) with the
+    rate at ``lr`` for the fraction ``lr_hold`` of the ``steps``, then decaying geometrically to
+    ``FINAL_LR_FRACTION * lr`` at the last step, and every gradient entry clamped to ``grad_clamp``;
     stepped by a leaner ``SVI.step`` (:class:`SVI`)."""
-    optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps, 1)), clip_norm=GRADIENT_CLAMP)
+    if not 0.0 <= float(lr_hold) < 1.0:
+        raise ValueError(f"lr_hold is the fraction of the steps at the full rate, in [0, 1); got {lr_hold}")
+    hold = int(float(lr_hold) * steps)
+    optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps - hold, 1)), clip_norm=float(grad_clamp),
+                            hold=hold)
     return SVI(model, guide, optim, loss)
 
 
@@ -105,8 +118,9 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
-             checkpoint=None, checkpoint_every: int = 500) -> np.ndarray:
-    """Run ``steps`` of SVI with ClippedAdam; return the loss trace.
+             checkpoint=None, checkpoint_every: int = 500, **adam) -> np.ndarray:
+    """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
+    :func:`make_svi`); return the loss trace.
 
     A non-finite loss stops training with a :class:`~pyro_bdl.ConvergenceWarning`; if the parameters
     themselves went non-finite, they are put back to the last finite ones (saved every
@@ -114,7 +128,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
     every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it stopped.
     """
-    svi = make_svi(model, guide, loss, lr=lr, steps=steps)
+    svi = make_svi(model, guide, loss, lr=lr, steps=steps, **adam)
     optim = svi.optim
     losses = _resume(checkpoint, guide, optim, data)
     first = len(losses)
@@ -226,13 +240,14 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
 
 
 def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None,
-         batch_size=None, local_reparam=False) -> Draws:
+         batch_size=None, local_reparam=False, **adam) -> Draws:
     names = latent_sites(model, data)
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
     # local reparameterisation changes training only: draws below come from the plain guide
     pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
-    losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint)
+    losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint,
+                      **adam)
     if point:
         with torch.no_grad():
             median = guide.median(**data)
@@ -247,11 +262,13 @@ def _run_reparameterised(kind: str, default_guide: str, desc: str):
     in the ELBO estimator and the default guide."""
 
     def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False) -> Draws:
+            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, grad_clamp=GRADIENT_CLAMP,
+            lr_hold=LR_HOLD) -> Draws:
         guide = make_guide(guide or default_guide, model, init_loc_fn)
         loss = make_elbo(kind, particles=particles, jit=jit, vectorize=vectorize)
         return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
-                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam)
+                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, grad_clamp=grad_clamp,
+                    lr_hold=lr_hold)
 
     run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
     return run
@@ -262,24 +279,24 @@ run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfiel
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None) -> Draws:
+            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
     guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False, init_loc_fn=init_loc_fn)
     loss = TraceGraph_ELBO(num_particles=particles)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi",
-                checkpoint=checkpoint, batch_size=batch_size)
+                checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
 
 
 def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None) -> Draws:
+            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
     guide = make_guide("delta", model, init_loc_fn)
     return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
-                checkpoint=checkpoint, batch_size=batch_size)
+                checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
 
 
 def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None) -> Draws:
+            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
     flat = drop_priors(model)
     guide = make_guide("delta", flat, init_loc_fn)
     draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
-                  checkpoint=checkpoint, batch_size=batch_size)
+                  checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
     return draws
