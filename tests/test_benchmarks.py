@@ -84,3 +84,20 @@ def test_gradient_clamp_script_runs_a_fit_per_clamp(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("clamp")]
     assert [line.split()[1] for line in lines] == ["inf", "10"] and all("gap/data" in line for line in lines)
+
+
+def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
+    script = SCRIPT.parent / "sine_gap.py"
+    spec = importlib.util.spec_from_file_location("sine_gap_benchmark", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.parse_spec("svi:50,50:steps=100:grad_clamp=inf:prior_scale=1.5") == (
+        "svi", {"hidden": "50,50", "prior_scale": 1.5}, {"steps": 100, "grad_clamp": float("inf")})
+    assert module.parse_spec("mc-dropout:p=0.1") == ("mc-dropout", {}, {"p": 0.1})
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        module.parse_spec("svi:8:steps")
+    proc = subprocess.run([sys.executable, str(script), "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "gap/data" in line]
+    assert [line.split()[0] for line in lines] == ["svi:8", "mc-dropout:8,8:p=0.1"]
