@@ -117,6 +117,8 @@ BAD_INPUTS = {
     "unknown option": (["fit", "blr", "--target", "y", "--option", "width=3"], "x,y\n1,2\n", "unknown option 'width'"),
     "bad option value": (["fit", "blr", "--target", "y", "--option", "prior_scale=big"], "x,y\n1,2\n", "prior_scale='big'"),
     "unsupported method": (["fit", "blr", "--target", "y", "--guide", "mvn", "--inference", "nuts"], "x,y\n1,2\n", "takes no guide"),
+    "bad setting value": (["fit", "blr", "--target", "y", "--inference", "map", "--set", "steps=many"], "x,y\n1,2\n",
+                          "setting 'steps' of inference 'map' must be a number, got 'many'"),
 }
 
 

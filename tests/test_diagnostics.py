@@ -90,6 +90,24 @@ def test_compare_methods_and_loo():
     assert set(loo.index) == {"nuts", "importance"}
 
 
+def test_numeric_settings_read_text_and_refuse_what_is_not_a_number():
+    from pyro_bdl.inference import get_method
+
+    svi = get_method("svi")
+    got = svi.resolve_settings({"steps": "300", "lr": "0.05", "grad_clamp": "inf", "batch_size": "16", "jit": "true"})
+    assert (got["steps"], got["lr"], got["grad_clamp"], got["batch_size"], got["jit"]) == (300, 0.05, math.inf, 16, "true")
+    assert isinstance(got["steps"], int) and svi.resolve_settings({"steps": 2e3})["steps"] == 2000
+    for key, bad, message in [("steps", "many", "must be a number"), ("steps", 10.5, "must be a whole number"),
+                              ("lr", float("nan"), "must be a number"), ("samples", True, "must be a number"),
+                              ("particles", [2], "must be a number"), ("steps", "inf", "must be a whole number")]:
+        with pytest.raises(ValueError, match=f"setting '{key}' of inference 'svi' {message}"):
+            svi.resolve_settings({key: bad})
+    with pytest.raises(ValueError, match="setting 'p' of inference 'mc-dropout' must be a number"):
+        pyro_bdl.fit("bnn-regressor", inference="mc-dropout", p="a lot", progress=False)
+    fit = pyro_bdl.fit("coin", inference="map", steps="50", progress=False)  # text from Python, as from the CLI
+    assert len(fit.losses) == 50
+
+
 def test_unknown_settings_methods_and_guides_are_named():
     with pytest.raises(ValueError, match="unknown setting 'stepz'.*steps"):
         pyro_bdl.fit("coin", inference="svi", stepz=3, progress=False)

@@ -8,6 +8,8 @@ Every runner has the signature ``run(model, data, *, guide, progress, **settings
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -37,8 +39,31 @@ class Method:
                 f"its settings are: {', '.join(self.defaults)}"
             )
         resolved = dict(self.defaults)
-        resolved.update({k: v for k, v in settings.items() if v is not None})
+        resolved.update({k: self._number(k, v) for k, v in settings.items() if v is not None})
         return resolved
+
+    def _number(self, key: str, value):
+        """A numeric setting (its default is a number; ``batch_size``) as that number: text such as the
+        CLI's ``--set steps=500`` is read, whole numbers stay whole; anything else is a clear error."""
+        default = self.defaults[key]
+        if key == "batch_size":
+            default = 0
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            return value  # flags (pyro_bdl.inference.base.as_flag reads text too) and names
+        what = f"setting '{key}' of inference '{self.name}'"
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise ValueError(f"{what} must be a number, got {value!r}") from None
+        if isinstance(number, bool) or not isinstance(number, numbers.Real) or math.isnan(number):
+            raise ValueError(f"{what} must be a number, got {value!r}")
+        if isinstance(default, int):  # a count
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError(f"{what} must be a whole number, got {value!r}")
+            return int(number)
+        return float(number)
 
 
 def _svi_methods():
