@@ -15,10 +15,11 @@ method             guide                       loss
 
 Every method here takes two optimiser settings (:func:`make_svi`): ``grad_clamp``, the elementwise
 gradient clamp (:data:`GRADIENT_CLAMP`; ``inf`` turns it off), and ``lr_hold``, the fraction of the
-steps at the full rate before it decays (:data:`LR_HOLD`).  ``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
-ELBO once, :mod:`pyro_bdl.inference.jit`; same loss and gradients), ``vectorize`` (``particles``
-draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local
-reparameterisation trick for a network's ``dense`` layers, :mod:`pyro_bdl.inference.local_reparam`).
+steps at the full rate before it decays (:data:`LR_HOLD`).  ``svi`` and ``svi-meanfield`` take three
+more settings (:func:`make_elbo`): ``jit`` (compile the ELBO once, :mod:`pyro_bdl.inference.jit`;
+same loss and gradients), ``vectorize`` (``particles`` draws in one vectorised pass instead of a
+Python loop) and ``local_reparam`` (the local reparameterisation trick for a network's ``dense``
+layers, :mod:`pyro_bdl.inference.local_reparam`).
 :func:`optimise` validates the distributions' arguments at the first step only.
 """
 
