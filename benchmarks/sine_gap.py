@@ -33,19 +33,11 @@ import numpy as np
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_GAP, sine_curve, sine_grid
+from pyro_bdl.cli import _parse_value as parse_value
+from pyro_bdl.datasets import sine_curve, sine_grid, sine_regions
 
 #: Options of the model (the rest of a spec's KEY=VALUE pairs are settings of the method).
 MODEL_OPTIONS = ("prior_scale", "noise", "activation", "prior", "likelihood")
-
-
-def parse_value(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def parse_spec(spec: str) -> tuple[str, dict, dict]:
@@ -66,8 +58,7 @@ def gap_row(spec: str, grid_size: int = 400, extra: dict | None = None) -> str:
     method, options, settings = parse_spec(spec)
     grid = sine_grid(grid_size)
     xs = grid[:, 0]
-    inside = (((xs > -0.95) & (xs < SINE_GAP[0])) | ((xs > SINE_GAP[1]) & (xs < 0.95))).numpy()
-    gap = ((xs > -0.25) & (xs < 0.25)).numpy()
+    inside, gap = sine_regions(xs)
     start = time.perf_counter()
     fit = pyro_bdl.fit("bnn-regressor", "sine", inference=method, options=options, seed=0, progress=False,
                        **{**settings, **(extra or {})})

@@ -54,6 +54,7 @@ __all__ = [
     "sine_curve",
     "sine_frame",
     "sine_grid",
+    "sine_regions",
     "DIGITS_OOD_KINDS",
     "digits_frame",
     "digits_split",
@@ -242,6 +243,22 @@ def sine_grid(n: int = 200) -> torch.Tensor:
     if int(n) < 2:
         raise ValueError(f"sine_grid needs n >= 2, got {n}")
     return torch.linspace(-1.5, 1.5, int(n)).unsqueeze(1)
+
+
+def sine_regions(x) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ``sine`` uncertainty checks look, as boolean masks over 1-D inputs ``x`` (a tensor or array):
+    ``inside``, where the data lie away from their outer ends (0.4 < |x| < 0.95), and ``gap``, the middle of
+    the empty interval (|x| < 0.25).  The gap ratio is the mean predictive sd over ``gap`` divided by
+    that over ``inside``.
+
+    >>> inside, gap = sine_regions(np.array([-1.2, -0.6, 0.0, 0.3, 0.9]))
+    >>> inside.tolist(), gap.tolist()
+    ([False, True, False, False, True], [False, False, True, False, False])
+    """
+    x = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    lo, hi = SINE_GAP
+    inside = ((x > -0.95) & (x < lo)) | ((x > hi) & (x < 0.95))
+    return inside, np.abs(x) < 0.25
 
 
 # --------------------------------------------------------------------------- digits

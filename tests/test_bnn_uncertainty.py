@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_curve, sine_grid
+from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_curve, sine_grid, sine_regions
 from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
@@ -23,8 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 GRID = sine_grid(400)
 XS = GRID[:, 0]
 #: Where the sine data lie (away from the edges of the two intervals), the middle of the gap, beyond the data.
-INSIDE = (((XS > -0.95) & (XS < SINE_GAP[0])) | ((XS > SINE_GAP[1]) & (XS < 0.95))).numpy()
-GAP = ((XS > -0.25) & (XS < 0.25)).numpy()
+INSIDE, GAP = sine_regions(XS)
 TRUTH = sine_curve(XS).numpy()
 
 
