@@ -56,7 +56,7 @@ import pyro
 from pyro import poutine
 from pyro.optim.clipped_adam import ClippedAdam
 
-from pyro_bdl.inference import get_method
+from pyro_bdl.inference import get_method, jit
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import FINAL_LR_FRACTION, make_elbo, make_svi
 from pyro_bdl.models.bnn import bbb_guide
@@ -508,13 +508,16 @@ def main(argv=None) -> int:
                         help="held-out LPDs per point to reach (the best possible is about 0.88)")
     parser.add_argument("--threads", type=int, help="torch threads (default: the CPUs this process may use)")
     parser.add_argument("--max-steps", type=int, help="time-to-target step cap (default 6000; --quick 300)")
+    parser.add_argument("--optimize-graph", action="store_true",
+                        help="run the compiled ELBO's graph with TorchScript's optimisations (jit.OPTIMIZE_GRAPH)")
     args = parser.parse_args(argv)
+    jit.OPTIMIZE_GRAPH = args.optimize_graph
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     torch.set_num_threads(args.threads or cpus)
     print("BBB step benchmark: pyro_bdl zoo SVI vs hand-written PyTorch Bayes by Backprop")
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, pyro {pyro.__version__}, "
-          f"torch threads {torch.get_num_threads()} (cpus available {cpus})")
+          f"torch threads {torch.get_num_threads()} (cpus available {cpus}), compiled graph optimised: {jit.OPTIMIZE_GRAPH}")
     _print_load(cpus, "start")
 
     print("\n== correctness at identical parameters and draws ==")

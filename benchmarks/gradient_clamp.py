@@ -11,7 +11,7 @@ path sets ``inf``, none).  A network's summed-likelihood gradients are about 1e5
 Adam close to sign descent; ``benchmarks/bbb_step.py`` shows that it slows the time to a target
 log-likelihood by an order of magnitude.  This script fits ``--method`` (default ``svi``) with each
 value of ``--clamps`` as its ``grad_clamp`` (``inf`` = no clamp) and otherwise default settings
-(``--steps`` overrides the number of steps), seed 0, on
+(``--steps`` overrides the number of steps, ``--set KEY=VALUE ...`` any other setting), seed 0, on
 
 * ``sine``: RMSE to the true curve where the data are, and the gap sd / in-data sd ratio;
 * ``digits``: test accuracy, ECE and the AUROC of entropy against noise images;
@@ -80,14 +80,21 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="optimisation steps (default: the method's default)")
     parser.add_argument("--uci-root", help="folder holding the UCI data sets (for yacht, concrete)")
     parser.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="more settings for every fit, e.g. lr_hold=0 (the networks' default is 0.5)")
     args = parser.parse_args(argv)
     if {"yacht", "concrete"} & set(args.data) and not args.uci_root:
         parser.error("yacht and concrete need --uci-root")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=pyro_bdl.ConvergenceWarning)
-    steps = {} if args.steps is None else {"steps": args.steps}
+    extra = {} if args.steps is None else {"steps": args.steps}
+    for pair in args.set:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got '{pair}'")
+        extra[key] = value  # text, read by pyro_bdl.fit as the CLI's --set is
     for clamp in args.clamps:
-        settings = {**steps, "grad_clamp": clamp}
+        settings = {**extra, "grad_clamp": clamp}
         for name in args.data:
             if name == "sine":
                 row = sine_row(args.method, settings)
@@ -95,7 +102,8 @@ def main(argv=None) -> int:
                 row = digits_row(args.method, settings)
             else:
                 row = uci_row(name, args.uci_root, args.splits, args.method, settings)
-            print(f"clamp {clamp:g}  {args.method}  {name:<9} {row}", flush=True)
+            given = "".join(f"  {k}={v}" for k, v in extra.items())
+            print(f"clamp {clamp:g}  {args.method}  {name:<9} {row}{given}", flush=True)
     return 0
 
 

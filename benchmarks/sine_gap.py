@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 import pyro_bdl
-from pyro_bdl.cli import _parse_value as parse_value
 from pyro_bdl.datasets import sine_curve, sine_grid, sine_regions
 
 #: Options of the model (the rest of a spec's KEY=VALUE pairs are settings of the method).
@@ -50,7 +49,7 @@ def parse_spec(spec: str) -> tuple[str, dict, dict]:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"'{pair}' in '{spec}' is not KEY=VALUE")
-        (options if key in MODEL_OPTIONS else settings)[key] = parse_value(value)
+        (options if key in MODEL_OPTIONS else settings)[key] = value  # text: pyro_bdl.fit reads it, as from the CLI
     return method, options, settings
 
 

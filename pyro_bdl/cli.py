@@ -69,15 +69,6 @@ def _parse_options(pairs) -> dict:
     return options
 
 
-def _parse_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _cmd_fit(args) -> None:
     from . import fit
     from .data import load
@@ -90,7 +81,7 @@ def _cmd_fit(args) -> None:
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
     settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles", "batch_size")}
-    settings.update({k: _parse_value(v) for k, v in _parse_options(args.set).items()})
+    settings.update(_parse_options(args.set))  # text: fit reads numbers and flags (Method.resolve_settings)
     test_fraction = args.test_fraction if args.test_fraction is not None else (0.2 if spec.standardize else 0.0)
     test = None
     if test_fraction > 0:

@@ -287,6 +287,11 @@ def test_grad_clamp_setting_reaches_the_optimiser_and_must_be_positive(monkeypat
         pyro_bdl.fit("blr", inference=method, progress=False, steps=5, grad_clamp=3.5, **extra)
         pyro_bdl.fit("blr", inference=method, progress=False, steps=5, **extra)
     assert seen == [3.5, svi.GRADIENT_CLAMP] * 2  # the setting, else the default
+    seen.clear()
+    tiny = {"options": {"hidden": "4"}, "progress": False, "steps": 3, "grad_clamp": 2.5}
+    pyro_bdl.fit("bnn-regressor", inference="mc-dropout", samples=2, **tiny)
+    pyro_bdl.fit("bnn-regressor", inference="ensemble", members=2, **tiny)
+    assert seen == [2.5] * 3  # dropout's training, and each ensemble member's MAP fit
     with pytest.raises(ValueError, match="gradient clamp must be positive"):
         pyro_bdl.fit("blr", inference="svi", progress=False, steps=5, grad_clamp=0.0)
 

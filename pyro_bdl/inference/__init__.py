@@ -69,7 +69,7 @@ class Method:
 def _svi_methods():
     from . import svi
 
-    adam = {"grad_clamp": svi.GRADIENT_CLAMP, "lr_hold": svi.LR_HOLD}  # the optimiser's (svi.make_svi)
+    adam = svi.ADAM_SETTINGS  # the optimiser's (svi.make_svi)
     common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **adam,
               "jit": False, "vectorize": False, "local_reparam": False}  # see pyro_bdl.inference.svi
     return [
@@ -104,13 +104,14 @@ def _mcmc_methods():
 def _network_methods():
     from .dropout import run_mc_dropout
     from .ensemble import run_ensemble
+    from .svi import ADAM_SETTINGS as adam
 
     return [
         Method("mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
                "prediction; tau = 1/sigma^2", run_mc_dropout,
-               {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None}),
+               {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, **adam}),
         Method("ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each",
-               run_ensemble, {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None}),
+               run_ensemble, {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None, **adam}),
     ]
 
 

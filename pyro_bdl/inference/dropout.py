@@ -106,7 +106,7 @@ class DropoutMessenger(Messenger):
 
 
 def run_mc_dropout(model, data: dict, *, p: float, steps: int, lr: float, samples: int, progress: bool,
-                   dropout_sites=None, init_loc_fn=None, batch_size=None, checkpoint=None) -> Draws:
+                   dropout_sites=None, init_loc_fn=None, batch_size=None, checkpoint=None, **adam) -> Draws:
     """Train with dropout; posterior draws are ``samples`` dropped-out networks (dropout kept on).
 
     ``info`` holds ``dropout_p`` and, for a model with a noise site ``sigma``, the model precision
@@ -121,7 +121,7 @@ def run_mc_dropout(model, data: dict, *, p: float, steps: int, lr: float, sample
     # training: per-example masks in the model, the point estimate M in the guide (p = 0 reads the same params)
     point = DropoutGuide(model, 0.0, dropout_sites, init_loc_fn, prefix=guide.prefix)
     losses = optimise(DropoutMessenger(p, dropout_sites)(model), point, Trace_ELBO(), train, steps=steps, lr=lr,
-                      progress=progress, desc="mc-dropout", checkpoint=checkpoint)
+                      progress=progress, desc="mc-dropout", checkpoint=checkpoint, **adam)
     guide._sites = point._sites
     out = Draws(guide_draws(guide, data, latent_sites(model, data), samples), losses=losses, guide=guide,
                 info={"dropout_p": p})

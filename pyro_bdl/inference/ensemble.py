@@ -19,7 +19,7 @@ __all__ = ["run_ensemble"]
 
 
 def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, progress: bool, init_loc_fn=None,
-                 batch_size=None, checkpoint=None) -> Draws:
+                 batch_size=None, checkpoint=None, **adam) -> Draws:
     """``members`` MAP fits from independent random starts (a prior draw each, unless the model says otherwise).
 
     With a checkpoint, finished members are kept and a rerun continues with the next one.
@@ -33,7 +33,7 @@ def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, prog
     for _ in range(len(done), members):
         pyro.clear_param_store()
         fit = run_map(model, data, steps=steps, lr=lr, progress=progress, init_loc_fn=init_loc_fn or init_to_sample,
-                      batch_size=batch_size)
+                      batch_size=batch_size, **adam)
         done.append({"samples": fit.samples, "losses": torch.tensor(fit.losses)})
         if checkpoint is not None:
             checkpoint.save({"members": done, "rng": torch.get_rng_state()})

@@ -42,8 +42,9 @@ __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
 #: they are and autograd differentiates them with its own kernels.  The optimised executor rewrites
 #: the graph into differentiable subgraphs with TorchScript's symbolic gradients (e.g. a ReLU's
 #: backward in three operations instead of one) and, without a CPU fuser in the standard CPU builds,
-#: fuses nothing to pay for them: measured with ``benchmarks/bbb_step.py``, the optimised graph's
-#: step is 6-15 % slower on both networks.
+#: fuses nothing to pay for them.  ``benchmarks/bbb_step.py --optimize-graph`` against without it, two
+#: pairs of runs: the optimised step is 5-18 % slower for the regressor's ``svi``, 4-5 % for the
+#: classifier's, 4-8 % and -2 to +1 % for their ``svi-meanfield``.
 OPTIMIZE_GRAPH = False
 
 

@@ -13,12 +13,13 @@ method             guide                       loss
 ``mle``            AutoDelta, priors dropped   Trace_ELBO = -log p(y | theta)
 =================  ==========================  ======================================
 
-Every method here takes two optimiser settings (:func:`make_svi`): ``grad_clamp``, the elementwise
-gradient clamp (:data:`GRADIENT_CLAMP`; ``inf`` turns it off), and ``lr_hold``, the fraction of the
-steps at the full rate before it decays (:data:`LR_HOLD`).  ``svi`` and ``svi-meanfield`` take three
-more settings (:func:`make_elbo`): ``jit`` (compile the ELBO once, :mod:`pyro_bdl.inference.jit`;
-same loss and gradients), ``vectorize`` (``particles`` draws in one vectorised pass instead of a
-Python loop) and ``local_reparam`` (the local reparameterisation trick for a network's ``dense``
+Every method here (and ``mc-dropout`` and ``ensemble``, which train through :func:`optimise`) takes
+two optimiser settings, :data:`ADAM_SETTINGS`, passed through to :func:`make_svi` as ``**adam``:
+``grad_clamp``, the elementwise gradient clamp (:data:`GRADIENT_CLAMP`; ``inf`` turns it off), and
+``lr_hold``, the fraction of the steps at the full rate before it decays (:data:`LR_HOLD`).
+``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
+ELBO once, :mod:`pyro_bdl.inference.jit`; same loss and gradients), ``vectorize`` (``particles``
+draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local reparameterisation trick for a network's ``dense``
 layers, :mod:`pyro_bdl.inference.local_reparam`).
 :func:`optimise` validates the distributions' arguments at the first step only.
 """
@@ -57,6 +58,8 @@ LR_HOLD = 0.0
 #: guards far-off starts.  On networks, whose summed-likelihood gradients are about 1e5, it makes Adam
 #: close to sign descent; the networks' SVI path turns it off (see ``models/bnn.py``).
 GRADIENT_CLAMP = 10.0
+#: The optimiser's settings and their defaults, as every optimisation-based method lists them.
+ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
 
 
 class SVI(pyro.infer.SVI):
@@ -263,13 +266,11 @@ def _run_reparameterised(kind: str, default_guide: str, desc: str):
     in the ELBO estimator and the default guide."""
 
     def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, grad_clamp=GRADIENT_CLAMP,
-            lr_hold=LR_HOLD) -> Draws:
+            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, **adam) -> Draws:
         guide = make_guide(guide or default_guide, model, init_loc_fn)
         loss = make_elbo(kind, particles=particles, jit=jit, vectorize=vectorize)
         return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
-                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, grad_clamp=grad_clamp,
-                    lr_hold=lr_hold)
+                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, **adam)
 
     run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
     return run
@@ -280,24 +281,24 @@ run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfiel
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
+            init_loc_fn=None, **adam) -> Draws:
     guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False, init_loc_fn=init_loc_fn)
     loss = TraceGraph_ELBO(num_particles=particles)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi",
-                checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
+                checkpoint=checkpoint, batch_size=batch_size, **adam)
 
 
 def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
+            init_loc_fn=None, **adam) -> Draws:
     guide = make_guide("delta", model, init_loc_fn)
     return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
-                checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
+                checkpoint=checkpoint, batch_size=batch_size, **adam)
 
 
 def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, grad_clamp=GRADIENT_CLAMP, lr_hold=LR_HOLD) -> Draws:
+            init_loc_fn=None, **adam) -> Draws:
     flat = drop_priors(model)
     guide = make_guide("delta", flat, init_loc_fn)
     draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
-                  checkpoint=checkpoint, batch_size=batch_size, grad_clamp=grad_clamp, lr_hold=lr_hold)
+                  checkpoint=checkpoint, batch_size=batch_size, **adam)
     return draws
