@@ -34,9 +34,10 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.datasets import sine_curve, sine_grid, sine_regions
+from pyro_bdl.inference import get_method
 
-#: Options of the model (the rest of a spec's KEY=VALUE pairs are settings of the method).
-MODEL_OPTIONS = ("prior_scale", "noise", "activation", "prior", "likelihood")
+#: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
+MODEL = "bnn-regressor"
 
 
 def parse_spec(spec: str) -> tuple[str, dict, dict]:
@@ -49,7 +50,7 @@ def parse_spec(spec: str) -> tuple[str, dict, dict]:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"'{pair}' in '{spec}' is not KEY=VALUE")
-        (options if key in MODEL_OPTIONS else settings)[key] = value  # text: pyro_bdl.fit reads it, as from the CLI
+        (options if key in pyro_bdl.get_model(MODEL).options else settings)[key] = value  # text: pyro_bdl.fit reads it, as from the CLI
     return method, options, settings
 
 
@@ -59,7 +60,7 @@ def gap_row(spec: str, grid_size: int = 400, extra: dict | None = None) -> str:
     xs = grid[:, 0]
     inside, gap = sine_regions(xs)
     start = time.perf_counter()
-    fit = pyro_bdl.fit("bnn-regressor", "sine", inference=method, options=options, seed=0, progress=False,
+    fit = pyro_bdl.fit(MODEL, "sine", inference=method, options=options, seed=0, progress=False,
                        **{**settings, **(extra or {})})
     seconds = time.perf_counter() - start
     table = fit.predict(grid)
@@ -79,7 +80,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=pyro_bdl.ConvergenceWarning)
     for spec in args.specs:
-        extra = {"steps": args.steps} if args.steps and spec.split(":")[0] not in ("nuts", "hmc") else None
+        takes_steps = "steps" in get_method(spec.split(":")[0]).defaults
+        extra = {"steps": args.steps} if args.steps and takes_steps else None
         print(gap_row(spec, extra=extra), flush=True)
     return 0
 
