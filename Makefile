@@ -7,6 +7,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # The CPU build of torch that lies on this machine's disk; a plain `torch` pulls a CUDA build.
 TORCH  ?= torch==2.13.0
+# Test workers (pytest-xdist); every test runs torch on one thread (tests/conftest.py), so one per core.
+JOBS   ?= 2
 
 .PHONY: demo test test-slow install clean
 
@@ -29,10 +31,10 @@ demo: install
 	@echo "  $(BIN)/pyro-bdl predict runs/demo --data YOUR.csv --out predictions.csv"
 
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(JOBS)
 
 test-slow: install
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m slow -n $(JOBS)
 
 clean:
 	rm -rf $(VENV) build runs *.egg-info

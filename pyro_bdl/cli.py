@@ -43,6 +43,8 @@ def _cmd_describe(args) -> None:
     spec = get_model(args.model)
     print(f"{spec.name}: {spec.summary}\n")
     print(spec.math + "\n")
+    if spec.notes:
+        print(spec.notes + "\n")
     print("Options (--option KEY=VALUE):")
     for key, opt in spec.options.items():
         print(f"  {key} = {opt.default!r}: {opt.doc}")

@@ -63,6 +63,8 @@ class ModelSpec:
         each guide's default.
     method_kwargs : inference method -> extra runner arguments only the model can supply
         (e.g. which sites MC dropout drops).
+    notes : what a user should know in practice (which settings a known behaviour needs), printed
+        by ``pyro-bdl describe`` after the math.
     """
 
     name: str
@@ -85,6 +87,7 @@ class ModelSpec:
     infer_options: Callable | None = None
     init_loc_fn: Callable | None = None
     method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    notes: str = ""
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""

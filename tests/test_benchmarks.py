@@ -95,10 +95,12 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
     assert module.parse_spec("svi:50,50:steps=100:grad_clamp=inf:prior_scale=1.5") == (
         "svi", {"hidden": "50,50", "prior_scale": "1.5"}, {"steps": "100", "grad_clamp": "inf"})
     assert module.parse_spec("mc-dropout:p=0.1") == ("mc-dropout", {}, {"p": "0.1"})
+    assert module.parse_spec("svi::activation=tanh") == ("svi", {"activation": "tanh"}, {})  # empty: default widths
     with pytest.raises(ValueError, match="KEY=VALUE"):
         module.parse_spec("svi:8:steps")
-    proc = subprocess.run([sys.executable, str(script), "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30"],
+    proc = subprocess.run([sys.executable, str(script), "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30", "--seeds", "0", "1"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "gap/data" in line]
-    assert [line.split()[0] for line in lines] == ["svi:8", "mc-dropout:8,8:p=0.1"]
+    assert [line.split()[:3] for line in lines] == [["svi:8", "seed", "0"], ["svi:8", "seed", "1"],
+                                                    ["mc-dropout:8,8:p=0.1", "seed", "0"], ["mc-dropout:8,8:p=0.1", "seed", "1"]]

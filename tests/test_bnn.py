@@ -231,3 +231,10 @@ def test_heteroscedastic_net_learns_noise_that_grows_with_x():
     truth = 0.05 + 0.3 * probe[:, 0].abs().numpy()
     aleatoric = fit.predict(probe)["aleatoric_sd"].to_numpy()
     np.testing.assert_allclose(aleatoric, truth, rtol=0.2)
+
+
+@pytest.mark.parametrize("hidden", ["", " , ", "50,0"])
+def test_hidden_widths_must_name_at_least_one_positive_layer(hidden):
+    """An empty ``hidden`` would silently fit a linear model (and MC dropout would drop nothing)."""
+    with pytest.raises(ValueError, match="hidden"):
+        pyro_bdl.fit("bnn-regressor", "sine", inference="map", options={"hidden": hidden}, steps=1, progress=False)

@@ -42,6 +42,25 @@ def test_list_and_describe(capsys):
     assert "prior_scale = 1.0" in out and "Sample sites: w, b, sigma" in out and "ridge" in out
 
 
+def test_describe_gives_flags_that_reproduce_the_in_between_settings(capsys):
+    """``describe bnn-regressor`` prints, per method, the flags for in-between uncertainty; read back by the
+    CLI's own parser they are exactly the options and settings ``IN_BETWEEN`` (and its slow test) uses."""
+    from pyro_bdl.cli import _parse_options, build_parser
+    from pyro_bdl.inference import get_method
+    from pyro_bdl.models.bnn import IN_BETWEEN
+
+    assert main(["describe", "bnn-regressor"]) == 0
+    out = capsys.readouterr().out
+    assert "In-between uncertainty" in out
+    spec = pyro_bdl.get_model("bnn-regressor")
+    for method, entry in IN_BETWEEN.items():
+        line = next(line for line in out.splitlines() if line.split()[:1] == [method])
+        args = build_parser().parse_args(["fit", "bnn-regressor", "--out", "x", *line.split()[1:]])
+        assert spec.resolve_options(_parse_options(args.option)) == spec.resolve_options(entry["options"])
+        runner = get_method(method)
+        assert runner.resolve_settings(_parse_options(args.set)) == runner.resolve_settings(entry["settings"])
+
+
 def test_fit_and_predict_end_to_end(tmp_path):
     """A real subprocess through the installed console script: fit with NUTS on a CSV, then predict."""
     df = _regression_csv(tmp_path / "train.csv")

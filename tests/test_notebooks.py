@@ -19,6 +19,7 @@ def test_there_are_notebooks():
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("PYRO_BDL_SMOKE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel's torch on one thread, like the tests (conftest.py)
     nb = nbformat.read(path, as_version=4)
     # run in a scratch directory so the source tree is neither imported nor written to
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
