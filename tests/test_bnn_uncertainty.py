@@ -81,7 +81,7 @@ def test_in_between_settings_are_uncertain_in_the_gap(inference):
     entry = IN_BETWEEN[inference]
     table = sine_fit(inference, options=entry["options"], **entry["settings"]).predict(GRID)
     assert gap_ratio(table) >= 2.0
-    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.1  # measured 0.074
+    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.1  # measured 0.074 (svi), 0.033 (mc-dropout)
     z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
     assert np.mean(z[GAP]) < 2.0
 
