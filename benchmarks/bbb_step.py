@@ -22,6 +22,8 @@ Run on demand (the test suite smoke-tests it with ``--quick`` and never asserts 
    step).  ``eager`` rows are the path before compilation (``Trace_ELBO`` / ``TraceMeanField_ELBO``
    with Pyro's default validation).  The reference is a plain PyTorch loop: mu, rho leaves,
    w = mu + softplus(rho) eps, the NLL scaled by N / B plus the closed-form KL, ``torch.optim.Adam``.
+   The ``floor`` row is the same net as a point estimate (w = mu: the same matrix products, no draw,
+   no KL, Adam on mu alone): no BBB step can be cheaper, so it shows how much room is left.
    All paths are timed interleaved (A, B, C, A, B, C, ...) in one process, so drift in the machine's
    speed hits them alike; the table gives the median over rounds of ms/step, the interquartile
    range, and **ratio = path / hand** from the same rounds.
@@ -198,6 +200,21 @@ class HandBBB:
         ws = [m + s * e for m, s, e in zip(self.mus, sigmas, eps)]
         return self.nll(self.forward(X, ws), y) * (N / X.shape[0]) + self.kl(sigmas, eps, ws, kl)
 
+    def point_step(self, X, y, batch_size=None) -> float:
+        """The floor under any BBB step: the same net as a point estimate (w = mu, no noise draw, no KL),
+        the same matrix products forward and backward, Adam on mu alone."""
+        N = X.shape[0]
+        if batch_size is not None:
+            idx = torch.randperm(N)[:batch_size]
+            X, y = X[idx], y[idx]
+        if not hasattr(self, "point_optim"):
+            self.point_optim = torch.optim.Adam(self.mus, lr=self.optim.defaults["lr"])
+        self.point_optim.zero_grad(set_to_none=True)
+        loss = self.nll(self.forward(X, self.mus), y) * (N / X.shape[0])
+        loss.backward()
+        self.point_optim.step()
+        return loss.item()
+
     def step(self, X, y, batch_size=None, kl: str = "analytic") -> float:
         N = X.shape[0]
         if batch_size is not None:
@@ -321,6 +338,8 @@ def time_config(config: dict, repeats: int, inner: int, warmup: int, lrt: bool =
     hand_a, hand_s = hand_bbb(config, seed=seed), hand_bbb(config, seed=seed)
     paths["hand BBB, analytic KL (reference)"] = (lambda: hand_a.step(X, y, bs, "analytic"), None)
     paths["hand BBB, sampled KL"] = (lambda: hand_s.step(X, y, bs, "sampled"), None)
+    hand_p = hand_bbb(config, seed=seed)
+    paths["hand point net (floor: no draw, no KL)"] = (lambda: hand_p.point_step(X, y, bs), None)
 
     def run(name, steps):
         fn, state = paths[name]

@@ -35,8 +35,28 @@ def test_quick_run_prints_the_ratio_lines(tmp_path):
             assert f"ratio zoo/hand [{model}, {path}] = " in out, out
     assert "ratio zoo/hand [time to lpd > 0.70] = " in out, out
     assert out.count("final -ELBO ") == 4, out  # every time-to-target path reports its objective
+    assert out.count("hand point net (floor: no draw, no KL)") == 2, out  # one floor row per network
     assert "MISMATCH" not in out
     assert "torch threads 1" in out and "compiled graph optimised: False" in out
+
+
+def test_floor_step_is_the_point_net_loss_and_leaves_the_sds_alone():
+    """The floor row times the same net as a point estimate: its loss is the hand-written loss with the
+    noise draw at zero and without the KL, and its steps move mu only."""
+    import torch
+
+    bench = _load_benchmark()
+    hand = bench.hand_bbb(bench.REGRESSOR, seed=0)
+    X, y = bench.regression_data(200, seed=3)
+    rhos = [r.detach().clone() for r in hand.rhos]
+    with torch.no_grad():
+        want = float(hand.loss(X, y, X.shape[0], eps=[torch.zeros_like(m) for m in hand.mus])
+                     - hand.kl([torch.nn.functional.softplus(r) for r in hand.rhos]))
+    first = hand.point_step(X, y)
+    assert abs(first - want) < 1e-4 * abs(want)
+    losses = [hand.point_step(X, y) for _ in range(20)]
+    assert losses[-1] < first
+    assert all(torch.equal(a, b) for a, b in zip(rhos, hand.rhos))
 
 
 def test_time_to_target_objective_is_the_hand_written_loss_in_expectation():
