@@ -23,7 +23,9 @@ Run on demand (the test suite smoke-tests it with ``--quick`` and never asserts 
    with Pyro's default validation).  The reference is a plain PyTorch loop: mu, rho leaves,
    w = mu + softplus(rho) eps, the NLL scaled by N / B plus the closed-form KL, ``torch.optim.Adam``.
    The ``floor`` row is the same net as a point estimate (w = mu: the same matrix products, no draw,
-   no KL, Adam on mu alone): no BBB step can be cheaper, so it shows how much room is left.
+   no KL, Adam on mu alone), eager like the hand-written loop: what a BBB step costs beyond the matrix
+   products is the distance to it (measured: 0.45-0.50 of the hand step for the regressor, 0.75-0.82
+   for the classifier, five runs with ``--threads 1 --repeats 30``).
    All paths are timed interleaved (A, B, C, A, B, C, ...) in one process, so drift in the machine's
    speed hits them alike; the table gives the median over rounds of ms/step, the interquartile
    range, and **ratio = path / hand** from the same rounds.
@@ -201,8 +203,8 @@ class HandBBB:
         return self.nll(self.forward(X, ws), y) * (N / X.shape[0]) + self.kl(sigmas, eps, ws, kl)
 
     def point_step(self, X, y, batch_size=None) -> float:
-        """The floor under any BBB step: the same net as a point estimate (w = mu, no noise draw, no KL),
-        the same matrix products forward and backward, Adam on mu alone."""
+        """The floor row: the same net as a point estimate (w = mu, no noise draw, no KL), the same matrix
+        products forward and backward, Adam on mu alone."""
         N = X.shape[0]
         if batch_size is not None:
             idx = torch.randperm(N)[:batch_size]

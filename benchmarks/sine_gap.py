@@ -17,10 +17,10 @@ the embedded ``sine`` data and seed 0, or each of ``--seeds 0 1 2 3 4``.  One li
 * ``loss``: the mean of the method's last 200 training losses, when it has them (negative ELBO for
   ``svi``: comparable between runs of one method and architecture, not across them).
 
-For a single hidden layer, a mean-field Gaussian or MC dropout posterior cannot (Foong et al. 2020: the
-variance between two inputs is at most the sum of the variances at them).  The script is for looking at
-what deeper networks and other settings do; what it measured, and the settings that reach 2, are in
-``IN_BETWEEN`` (pyro_bdl/models/bnn.py) and ``pyro-bdl describe bnn-regressor``.
+For a single hidden ReLU layer, a mean-field Gaussian or MC dropout posterior cannot reach 2 (Foong et
+al. 2020: the variance between two inputs is at most the sum of the variances at them).  The script is
+for looking at what deeper networks and other settings do; what it measured, and the settings that
+reach 2, are in ``IN_BETWEEN`` (models/bnn.py) and ``pyro-bdl describe bnn-regressor``.
 """
 
 from __future__ import annotations

@@ -80,8 +80,10 @@ def test_in_between_settings_are_uncertain_in_the_gap(inference):
     still follows the curve where the data lie, and the truth in the gap lies within the widened band."""
     entry = IN_BETWEEN[inference]
     table = sine_fit(inference, options=entry["options"], **entry["settings"]).predict(GRID)
+    # measured (seed 0) svi / svi-meanfield / mc-dropout: gap ratio 2.27 / 2.70 / 2.72, RMSE 0.074 / 0.074 /
+    # 0.033, mean |z| of the truth in the gap 0.11 / 0.12 / 0.77 (the bound is the NUTS check's, 2 sds)
     assert gap_ratio(table) >= 2.0
-    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.1  # measured 0.074 (svi), 0.033 (mc-dropout)
+    assert np.sqrt(np.mean((table["mean"].to_numpy()[INSIDE] - TRUTH[INSIDE]) ** 2)) < 0.1
     z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
     assert np.mean(z[GAP]) < 2.0
 
@@ -126,12 +128,14 @@ def nuts_1_50_1():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("nuts_1_50_1")  # one worker runs both users of the NUTS fixture: it is fitted once
 def test_nuts_is_uncertain_in_the_gap(nuts_1_50_1):
     _, fit = nuts_1_50_1
     assert gap_ratio(fit.predict(GRID)) >= 2.0
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("nuts_1_50_1")
 def test_svi_agrees_with_nuts_on_the_small_network(nuts_1_50_1):
     """SVI's predictive mean lies within 2 NUTS predictive sds of NUTS's where the data are, and its
     predictive sd is nowhere more than 3x narrower than NUTS's (the issue's criterion)."""

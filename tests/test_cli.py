@@ -52,9 +52,10 @@ def test_describe_gives_flags_that_reproduce_the_in_between_settings(capsys):
     assert main(["describe", "bnn-regressor"]) == 0
     out = capsys.readouterr().out
     assert "In-between uncertainty" in out
+    note = out[out.index("In-between uncertainty"):out.index("Options (--option")].splitlines()
     spec = pyro_bdl.get_model("bnn-regressor")
     for method, entry in IN_BETWEEN.items():
-        line = next(line for line in out.splitlines() if line.split()[:1] == [method])
+        line = next(line for line in note if line.split()[:1] == [method])
         args = build_parser().parse_args(["fit", "bnn-regressor", "--out", "x", *line.split()[1:]])
         assert spec.resolve_options(_parse_options(args.option)) == spec.resolve_options(entry["options"])
         runner = get_method(method)
