@@ -10,6 +10,8 @@ Slow (``pytest -m slow``): NUTS on the 1-50-1 network, the gold standard that SV
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -117,9 +119,16 @@ def test_digits_accuracy_calibration_and_ood(inference, digits, map_auroc):
 
 # --------------------------------------------------------------------------- slow: NUTS, the gold standard
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def nuts_1_50_1():
-    """NUTS on the 1-50-1 net with 100 of the sine points (the issue's size), one long chain."""
+    return _nuts_1_50_1()
+
+
+@functools.lru_cache(maxsize=1)
+def _nuts_1_50_1():
+    """NUTS on the 1-50-1 net with 100 of the sine points (the issue's size), one long chain.  Cached per
+    process rather than a module-scoped fixture: under xdist a worker may run another module's test
+    between the two users, which would tear a module fixture down and fit it again (12 min)."""
     data = pyro_bdl.load("sine")
     small = pyro_bdl.Dataset("sine-100", data.X[:100], data.y[:100], data.feature_names, data.target_name)
     fit = pyro_bdl.fit("bnn-regressor", small, inference="nuts", progress=False, seed=0,
@@ -128,7 +137,7 @@ def nuts_1_50_1():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("nuts_1_50_1")  # one worker runs both users of the NUTS fixture: it is fitted once
+@pytest.mark.xdist_group("nuts_1_50_1")  # one worker runs both users of the cached NUTS fit: it is fitted once
 def test_nuts_is_uncertain_in_the_gap(nuts_1_50_1):
     _, fit = nuts_1_50_1
     assert gap_ratio(fit.predict(GRID)) >= 2.0
