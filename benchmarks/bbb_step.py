@@ -206,9 +206,7 @@ class HandBBB:
         """The floor row: the same net as a point estimate (w = mu, no noise draw, no KL), the same matrix
         products forward and backward, Adam on mu alone."""
         N = X.shape[0]
-        if batch_size is not None:
-            idx = torch.randperm(N)[:batch_size]
-            X, y = X[idx], y[idx]
+        X, y = self._batch(X, y, batch_size)
         if not hasattr(self, "point_optim"):
             self.point_optim = torch.optim.Adam(self.mus, lr=self.optim.defaults["lr"])
         self.point_optim.zero_grad(set_to_none=True)
@@ -217,11 +215,17 @@ class HandBBB:
         self.point_optim.step()
         return loss.item()
 
+    @staticmethod
+    def _batch(X, y, batch_size=None):
+        """The whole data, or ``batch_size`` rows drawn as ``pyro.plate(subsample_size=...)`` draws them."""
+        if batch_size is None:
+            return X, y
+        idx = torch.randperm(X.shape[0])[:batch_size]
+        return X[idx], y[idx]
+
     def step(self, X, y, batch_size=None, kl: str = "analytic") -> float:
         N = X.shape[0]
-        if batch_size is not None:
-            idx = torch.randperm(N)[:batch_size]  # as pyro.plate(subsample_size=...) draws it
-            X, y = X[idx], y[idx]
+        X, y = self._batch(X, y, batch_size)
         self.optim.zero_grad(set_to_none=True)
         loss = self.loss(X, y, N, kl=kl)
         loss.backward()

@@ -33,7 +33,7 @@ import torch
 
 import pyro_bdl
 import pyro_bdl.inference.svi as svi_module
-from pyro_bdl.datasets import digits_ood, digits_split, load_uci, sine_curve, sine_grid, sine_regions
+from pyro_bdl.datasets import digits_ood, digits_split, load_uci, sine_curve, sine_gap_ratio, sine_grid, sine_regions
 from pyro_bdl.evaluate import evaluate_fit
 from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
 
@@ -42,10 +42,10 @@ def sine_row(method: str, settings: dict) -> str:
     fit = pyro_bdl.fit("bnn-regressor", "sine", inference=method, seed=0, progress=False, **settings)
     grid = sine_grid(300)
     xs = grid[:, 0]
-    inside, gap = sine_regions(xs)
+    inside, _ = sine_regions(xs)
     table = fit.predict(grid)
     error = rmse(table["mean"].to_numpy()[inside], sine_curve(xs[inside]).numpy())
-    ratio = table["sd"][gap].mean() / table["sd"][inside].mean()
+    ratio = sine_gap_ratio(xs, table["sd"])
     return f"rmse in data {error:.3f}, sd in data {table['sd'][inside].mean():.3f}, gap/data {ratio:.2f}"
 
 

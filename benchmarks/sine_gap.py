@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import sine_curve, sine_grid, sine_regions
+from pyro_bdl.datasets import sine_curve, sine_gap_ratio, sine_grid, sine_regions
 from pyro_bdl.inference import get_method
+from pyro_bdl.uncertainty import rmse
 
 #: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
 MODEL = "bnn-regressor"
@@ -68,9 +69,9 @@ def gap_row(spec: str, grid_size: int = 400, extra: dict | None = None, seed: in
     seconds = time.perf_counter() - start
     table = fit.predict(grid)
     sd, epi = table["sd"].to_numpy(), table["epistemic_sd"].to_numpy()
-    error = float(np.sqrt(np.mean((table["mean"].to_numpy()[inside] - sine_curve(xs[inside]).numpy()) ** 2)))
+    error = rmse(table["mean"].to_numpy()[inside], sine_curve(xs[inside]).numpy())
     loss = f"{np.mean(fit.losses[-200:]):.1f}" if fit.losses is not None and len(fit.losses) else "n/a"
-    return (f"{spec:<36} seed {seed}  gap/data {sd[gap].mean() / sd[inside].mean():5.2f}  epistemic in data "
+    return (f"{spec:<36} seed {seed}  gap/data {sine_gap_ratio(xs, sd):5.2f}  epistemic in data "
             f"{epi[inside].mean():.3f}, in gap {epi[gap].mean():.3f}  aleatoric {table['aleatoric_sd'].mean():.3f}  "
             f"rmse {error:.3f}  loss {loss}  ({seconds:.0f} s)")
 

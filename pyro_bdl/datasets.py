@@ -55,6 +55,7 @@ __all__ = [
     "sine_frame",
     "sine_grid",
     "sine_regions",
+    "sine_gap_ratio",
     "DIGITS_OOD_KINDS",
     "digits_frame",
     "digits_split",
@@ -259,6 +260,18 @@ def sine_regions(x) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = SINE_GAP
     inside = ((x > -0.95) & (x < lo)) | ((x > hi) & (x < 0.95))
     return inside, np.abs(x) < 0.25
+
+
+def sine_gap_ratio(x, sd) -> float:
+    """The in-between uncertainty check on ``sine``: mean predictive ``sd`` over the ``gap`` region of
+    :func:`sine_regions` divided by its mean over ``inside`` (``x``, ``sd``: 1-D, same length).
+
+    >>> sine_gap_ratio(np.array([-0.6, 0.0, 0.6]), np.array([0.1, 0.4, 0.3]))
+    2.0
+    """
+    inside, gap = sine_regions(x)
+    sd = np.asarray(sd, dtype=float)
+    return float(sd[gap].mean() / sd[inside].mean())
 
 
 # --------------------------------------------------------------------------- digits
