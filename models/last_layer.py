@@ -40,10 +40,17 @@ the MAP estimate is :math:`\mu_N`, and it is the reference for SVI on the same m
 (:func:`expected_loglik_and_grad` checks the reparameterised gradient of the expected log-likelihood).
 
 Random tanh features of a 1-D input are nearly collinear, so the posterior can be badly conditioned
-(condition number about 1e5 on ``sine`` with the defaults): exact and importance sampling (its Laplace
-proposal is the exact posterior) are unaffected, NUTS with a diagonal mass matrix runs to its maximum
-tree depth (hence this model's default ``full_mass=True`` for NUTS and HMC: a dense mass matrix, tree
-depth about 5 on ``sine``) and optimisers need many steps there.
+(condition number about 4e5 on ``sine`` with the defaults, random or trained features): exact and
+importance sampling (its Laplace proposal is the exact posterior) are unaffected; NUTS with a diagonal
+mass matrix runs to its maximum tree depth (hence this model's default ``full_mass=True`` for NUTS and
+HMC: a dense mass matrix, tree depth about 5 on ``sine``); and a Gaussian guide in the coordinates of
+:math:`w` converges slowly.  ``svi``'s default guide here is :class:`PrincipalAxesGuide`, a Gaussian in
+the eigenbasis of :math:`\Phi^\top\Phi`, where the exact posterior is a product of independent
+Gaussians: at the model's 5000 steps it recovers that posterior (tested on ``sine``, random and trained
+features).  ``svi-meanfield`` keeps the mean-field guide in :math:`w`'s coordinates, whose optimum is
+known too (the exact means, sds :math:`1/\sqrt{\Lambda_{jj}}` for the exact precision :math:`\Lambda`,
+narrower than the posterior's); it reaches it on well-conditioned problems but not, in its 2000 steps,
+on ``sine``.
 
 Example
 -------
@@ -78,13 +85,13 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import ModelSpec, Option, get_model, register
 
 from .blr import posterior_moments as _blr_posterior_moments
 from .bnn import ACTIVATIONS
 
 __all__ = ["last_layer", "features", "train_feature_map", "exact_posterior", "posterior_moments",
-           "expected_loglik_and_grad", "Expectation"]
+           "expected_loglik_and_grad", "Expectation", "PrincipalAxesGuide"]
 
 #: The options that decide the feature map phi (the rest: prior_scale, noise).
 FEATURE_OPTIONS = ("hidden", "activation", "feature_seed", "feature_scale", "feature_weights")
@@ -273,6 +280,70 @@ def exact_posterior(X: torch.Tensor, y: torch.Tensor, **options) -> dict:
     return {"w": (mean[:-1], sd[:-1]), "b": (mean[-1], sd[-1])}
 
 
+class PrincipalAxesGuide:
+    r"""A Gaussian guide for :math:`\theta = (w, b)` whose axes are the principal axes of the features.
+
+    .. math::
+
+        \theta = Q z, \qquad z \sim \mathcal N(m, \operatorname{diag}(v^2)), \qquad
+        q(\theta) = \mathcal N(Q m, Q \operatorname{diag}(v^2) Q^\top),
+
+    where the columns of :math:`Q` ((h+1, h+1), orthogonal) are the eigenvectors of :math:`\Phi^\top\Phi`,
+    :math:`\Phi = [\phi(X), 1]` on the inputs the guide is called with (the training inputs).  The exact
+    posterior precision :math:`\Phi^\top\Phi/\sigma^2 + I/s^2` has the same eigenvectors, so the family
+    holds the exact posterior and, in the coordinates :math:`z`, that posterior is a product of h+1
+    independent Gaussians.  SVI then fits independent coordinates, which Adam's per-coordinate steps
+    handle at any condition number; a full-rank guide in the coordinates of :math:`w` (``guide="mvn"``)
+    has to learn the rotation as well, and on ``sine`` (condition number about 4e5) it is still far from
+    the exact posterior after 20000 steps (predictive sd in the gap 0.29 of the exact one).  :math:`Q`
+    depends on the inputs alone, never on ``y``; :math:`|\det Q| = 1`, so :math:`\log q(\theta) = \log q(z)`
+    (``z`` is an auxiliary site, ``w`` and ``b`` are its deterministic images, as in Pyro's
+    ``AutoContinuous``).  It starts at the prior: :math:`m = 0`, :math:`v = s`.
+
+    Parameters ``axes.loc`` and ``axes.scale`` (h+1,), in the param store.  The default guide of
+    ``svi`` on ``last-layer`` (``guide="axes"``).
+
+    >>> import torch, pyro
+    >>> X = torch.linspace(-2, 2, 30).unsqueeze(1)
+    >>> model = get_model("last-layer").bind({"hidden": "8"})
+    >>> guide = PrincipalAxesGuide(model)
+    >>> tr = pyro.poutine.trace(guide).get_trace(X)
+    >>> tr.nodes["axes.z"]["value"].shape, tr.nodes["w"]["value"].shape, tr.nodes["b"]["value"].shape
+    (torch.Size([9]), torch.Size([8]), torch.Size([]))
+    """
+
+    def __init__(self, model, prefix: str = "axes"):
+        options = getattr(model, "keywords", None)
+        if options is None:
+            raise TypeError("PrincipalAxesGuide needs the bound last-layer model (get_model('last-layer').bind(options))")
+        self.feature_options, self.prior_scale, _ = _split(options)
+        self.prefix = prefix
+        self._cache = None  # (X, Q): the rotation of the inputs last seen
+
+    def axes(self, X: torch.Tensor) -> torch.Tensor:
+        """Q, (h+1, h+1) in X's dtype: the eigenvectors of Phi^T Phi (computed in float64, kept for X)."""
+        if self._cache is None or self._cache[0] is not X:
+            with torch.no_grad():
+                phi = features(X.detach().double(), **self.feature_options)
+                Phi = torch.cat([phi, phi.new_ones(phi.shape[0], 1)], 1)
+                Q = torch.linalg.eigh(Phi.T @ Phi).eigenvectors.to(X.dtype)
+            self._cache = (X, Q)
+        return self._cache[1]
+
+    def __call__(self, X: torch.Tensor, y: torch.Tensor | None = None, **kwargs):
+        Q = self.axes(X)
+        k = Q.shape[0]
+        loc = pyro.param(f"{self.prefix}.loc", lambda: X.new_zeros(k))
+        scale = pyro.param(f"{self.prefix}.scale", lambda: X.new_full((k,), self.prior_scale),
+                           constraint=dist.constraints.positive)
+        # z ~ N(m, diag(v^2)) in the principal axes; theta = Q z (z: (..., h+1), particles batched in front)
+        z = pyro.sample(f"{self.prefix}.z", dist.Normal(loc, scale).to_event(1), infer={"is_auxiliary": True})
+        theta = z @ Q.T
+        pyro.sample("w", dist.Delta(theta[..., :-1], event_dim=1))
+        pyro.sample("b", dist.Delta(theta[..., -1]))
+        return theta
+
+
 class Expectation(NamedTuple):
     """An expected log-likelihood and its gradients in the guide's ``m`` and ``v``.
 
@@ -402,7 +473,16 @@ SPEC = register(
         sites=("w", "b"),
         methods=("svi", "svi-meanfield", "nuts", "hmc", "metropolis", "importance", "map", "mle"),
         # a dense mass matrix: collinear features make the posterior badly conditioned (see above)
-        method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}},
+        # svi: in the principal axes of the features (PrincipalAxesGuide), 5000 steps
+        method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}, "svi": {"steps": 5000}},
+        guides={"axes": PrincipalAxesGuide}, default_guides={"svi": "axes"},
+        notes=("Guides: svi's default (--guide axes) is a Gaussian in the principal axes of the features, where "
+               "the exact posterior is independent across coordinates; it recovers the exact posterior at "
+               "condition numbers of 4e5 (sine, random or trained features) in the default 5000 steps. A "
+               "full-rank guide in w's coordinates (--guide mvn) does not: on sine its predictive sd in the gap "
+               "is 0.29 of the exact one after 20000 steps. svi-meanfield (mean-field in w's coordinates) "
+               "converges to the mean-field optimum (exact means, sds 1/sqrt(Lambda_jj), narrower than the "
+               "posterior's) on well-conditioned features only."),
         default_data="sine",
         check_data=check_has_features,
         exact_posterior=exact_posterior,
