@@ -33,6 +33,7 @@ import torch
 
 import pyro_bdl
 import pyro_bdl.inference.svi as svi_module
+from pyro_bdl.cli import parse_key_values
 from pyro_bdl.datasets import digits_ood, digits_split, load_uci, sine_curve, sine_gap_ratio, sine_grid, sine_regions
 from pyro_bdl.evaluate import evaluate_fit
 from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
@@ -88,11 +89,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=pyro_bdl.ConvergenceWarning)
     extra = {} if args.steps is None else {"steps": args.steps}
-    for pair in args.set:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            parser.error(f"--set takes KEY=VALUE, got '{pair}'")
-        extra[key] = value  # text, read by pyro_bdl.fit as the CLI's --set is
+    try:
+        extra.update(parse_key_values(args.set, "--set"))  # text, read by pyro_bdl.fit as the CLI's --set is
+    except ValueError as err:
+        parser.error(str(err))
     for clamp in args.clamps:
         settings = {**extra, "grad_clamp": clamp}
         for name in args.data:

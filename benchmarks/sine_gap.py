@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 import pyro_bdl
+from pyro_bdl.cli import parse_key_values
 from pyro_bdl.datasets import sine_curve, sine_gap_ratio, sine_grid, sine_regions
 from pyro_bdl.inference import get_method
 from pyro_bdl.uncertainty import rmse
@@ -50,11 +51,12 @@ def parse_spec(spec: str) -> tuple[str, dict, dict]:
         hidden = rest.pop(0)
         if hidden:  # empty (``svi::KEY=VALUE``): the model's default widths
             options["hidden"] = hidden
-    for pair in rest:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"'{pair}' in '{spec}' is not KEY=VALUE")
-        (options if key in pyro_bdl.get_model(MODEL).options else settings)[key] = value  # text: pyro_bdl.fit reads it, as from the CLI
+    try:
+        pairs = parse_key_values(rest, f"'{spec}'")
+    except ValueError as err:
+        raise ValueError(f"{err} (METHOD[:HIDDEN[:KEY=VALUE...]])") from None
+    for key, value in pairs.items():  # text: pyro_bdl.fit reads it, as from the CLI
+        (options if key in pyro_bdl.get_model(MODEL).options else settings)[key] = value
     return method, options, settings
 
 

@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "parse_key_values"]
 
 #: Where ``fit`` keeps its progress inside the output directory until the fit completes.
 CHECKPOINT = "checkpoint.pt"
@@ -61,14 +61,25 @@ def _cmd_describe(args) -> None:
         print(f"  {name:<14} {defaults}")
 
 
-def _parse_options(pairs) -> dict:
-    options = {}
+def parse_key_values(pairs, flag: str = "--option") -> dict:
+    """``["KEY=VALUE", ...]`` -> ``{KEY: VALUE}`` (text, stripped; the value may hold ``=``).  The one reader
+    of ``--option`` / ``--set`` pairs, shared by the benchmarks' settings.  Values stay text:
+    :func:`pyro_bdl.fit` reads numbers and flags (``Method.resolve_settings``, ``ModelSpec.resolve_options``).
+
+    >>> parse_key_values(["steps=100", "hidden = 50,50"], "--set")
+    {'steps': '100', 'hidden': '50,50'}
+    >>> parse_key_values(["steps"], "--set")
+    Traceback (most recent call last):
+    ...
+    ValueError: --set takes KEY=VALUE, got 'steps'
+    """
+    out = {}
     for pair in pairs or []:
-        if "=" not in pair:
-            raise ValueError(f"--option takes KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        options[key.strip()] = value.strip()
-    return options
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _cmd_fit(args) -> None:
@@ -79,11 +90,11 @@ def _cmd_fit(args) -> None:
     from .store import write_fit
 
     spec = get_model(args.model)
-    options = _parse_options(args.option)
+    options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
     settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles", "batch_size")}
-    settings.update(_parse_options(args.set))  # text: fit reads numbers and flags (Method.resolve_settings)
+    settings.update(parse_key_values(args.set, "--set"))  # text: fit reads numbers and flags (Method.resolve_settings)
     test_fraction = args.test_fraction if args.test_fraction is not None else (0.2 if spec.standardize else 0.0)
     test = None
     if test_fraction > 0:

@@ -45,7 +45,7 @@ def test_list_and_describe(capsys):
 def test_describe_gives_flags_that_reproduce_the_in_between_settings(capsys):
     """``describe bnn-regressor`` prints, per method, the flags for in-between uncertainty; read back by the
     CLI's own parser they are exactly the options and settings ``IN_BETWEEN`` (and its slow test) uses."""
-    from pyro_bdl.cli import _parse_options, build_parser
+    from pyro_bdl.cli import build_parser, parse_key_values
     from pyro_bdl.inference import get_method
     from pyro_bdl.models.bnn import IN_BETWEEN
 
@@ -57,9 +57,9 @@ def test_describe_gives_flags_that_reproduce_the_in_between_settings(capsys):
     for method, entry in IN_BETWEEN.items():
         line = next(line for line in note if line.split()[:1] == [method])
         args = build_parser().parse_args(["fit", "bnn-regressor", "--out", "x", *line.split()[1:]])
-        assert spec.resolve_options(_parse_options(args.option)) == spec.resolve_options(entry["options"])
+        assert spec.resolve_options(parse_key_values(args.option)) == spec.resolve_options(entry["options"])
         runner = get_method(method)
-        assert runner.resolve_settings(_parse_options(args.set)) == runner.resolve_settings(entry["settings"])
+        assert runner.resolve_settings(parse_key_values(args.set, "--set")) == runner.resolve_settings(entry["settings"])
 
 
 def test_fit_and_predict_end_to_end(tmp_path):
@@ -139,6 +139,10 @@ BAD_INPUTS = {
     "unsupported method": (["fit", "blr", "--target", "y", "--guide", "mvn", "--inference", "nuts"], "x,y\n1,2\n", "takes no guide"),
     "bad setting value": (["fit", "blr", "--target", "y", "--inference", "map", "--set", "steps=many"], "x,y\n1,2\n",
                           "setting 'steps' of inference 'map' must be a number, got 'many'"),
+    "setting without value": (["fit", "blr", "--target", "y", "--set", "steps"], "x,y\n1,2\n",
+                              "--set takes KEY=VALUE, got 'steps'"),
+    "option without key": (["fit", "blr", "--target", "y", "--option", "=2"], "x,y\n1,2\n",
+                           "--option takes KEY=VALUE, got '=2'"),
 }
 
 

@@ -9,7 +9,7 @@ MODULES = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
     "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate", "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
-    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim",
+    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
 ]
 
 
