@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ def fit(
     given = {k: v for k, v in settings.items() if v is not None}
     model_defaults = spec.method_defaults.get(inference, {}) if spec is not None and guide is None else {}
     resolved = method.resolve_settings({**model_defaults, **given})
+    _check_minibatch(resolved, bound, dataset)
     nan_check_kwargs(kwargs)
 
     pyro.set_rng_seed(seed)
@@ -185,6 +187,21 @@ def fit(
     if saver is not None:
         saver.clear()
     return result
+
+
+def _check_minibatch(resolved: dict, bound, dataset) -> None:
+    """``batch_size`` only for a model that subsamples its data (has a ``batch_size`` argument, as the
+    networks do); a batch at least as large as the data set is the whole data (``batch_size`` None)."""
+    size = resolved.get("batch_size")
+    if size is None:
+        return
+    params = inspect.signature(bound).parameters
+    if "batch_size" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        name = getattr(bound, "__name__", "model")
+        raise ValueError(f"model '{name}' does not take minibatches (it has no batch_size argument): "
+                         f"leave batch_size unset")
+    if dataset is not None and size >= len(dataset):
+        resolved["batch_size"] = None
 
 
 def _model_guide(spec: ModelSpec, inference: str, guide, bound):

@@ -292,8 +292,10 @@ def test_grad_clamp_setting_reaches_the_optimiser_and_must_be_positive(monkeypat
     pyro_bdl.fit("bnn-regressor", inference="mc-dropout", samples=2, **tiny)
     pyro_bdl.fit("bnn-regressor", inference="ensemble", members=2, **tiny)
     assert seen == [2.5] * 3  # dropout's training, and each ensemble member's MAP fit
-    with pytest.raises(ValueError, match="gradient clamp must be positive"):
+    with pytest.raises(ValueError, match="setting 'grad_clamp' of inference 'svi' must be a number > 0"):
         pyro_bdl.fit("blr", inference="svi", progress=False, steps=5, grad_clamp=0.0)
+    with pytest.raises(ValueError, match="gradient clamp must be positive"):  # the optimiser's own check
+        svi.make_svi(None, None, None, lr=0.1, steps=5, grad_clamp=0.0)
 
 
 @pytest.mark.parametrize("lr_hold", [0.0, 0.5])

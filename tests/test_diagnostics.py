@@ -108,6 +108,39 @@ def test_numeric_settings_read_text_and_refuse_what_is_not_a_number():
     assert len(fit.losses) == 50
 
 
+@pytest.mark.parametrize("method,key,bad,domain", [
+    ("map", "steps", 0, "a whole number >= 1"), ("svi", "samples", 0, "a whole number >= 1"),
+    ("nuts", "chains", "0", "a whole number >= 1"), ("nuts", "warmup", -1, "a whole number >= 0"),
+    ("svi", "particles", 0, "a whole number >= 1"), ("ensemble", "members", 0, "a whole number >= 1"),
+    ("svi", "batch_size", 0, "a whole number >= 1"), ("nuts", "max_tree_depth", 0, "a whole number >= 1"),
+    ("map", "lr", -0.1, "a number > 0"), ("map", "lr", 0, "a number > 0"), ("svi", "grad_clamp", 0, "a number > 0"),
+    ("svi", "lr_hold", 1, r"a number in \[0, 1\)"), ("nuts", "target_accept", 1.5, r"a number in \(0, 1\)"),
+    ("mc-dropout", "p", 1, r"a number in \[0, 1\)"), ("importance", "samples", 0, "a whole number >= 1"),
+    ("metropolis", "samples", -5, "a whole number >= 1"),
+])
+def test_numeric_settings_outside_their_domain_are_refused(method, key, bad, domain):
+    """Each numeric setting has one declared domain (SETTING_DOMAINS); a value outside it is refused
+    before any work, naming the setting, the method and the domain (these used to fail deep inside:
+    ZeroDivisionError, IndexError, an empty stack, or ran with nonsense)."""
+    from pyro_bdl.inference import SETTING_DOMAINS, get_method
+
+    assert key in SETTING_DOMAINS
+    with pytest.raises(ValueError, match=f"setting '{key}' of inference '{method}' must be {domain}, got"):
+        get_method(method).resolve_settings({key: bad})
+    edge = SETTING_DOMAINS[key].low if not SETTING_DOMAINS[key].open_low else None
+    if edge is not None:  # the closed end itself is admitted
+        get_method(method).resolve_settings({key: edge})
+
+
+def test_batch_size_needs_a_minibatching_model_and_caps_at_the_data():
+    with pytest.raises(ValueError, match="model 'blr' does not take minibatches"):
+        pyro_bdl.fit("blr", inference="map", batch_size=10, steps=5, progress=False)
+    big = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=10**6, steps=5, progress=False)
+    assert big.info["settings"]["batch_size"] is None  # larger than the 200 rows of sine: the whole data
+    small = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=50, steps=5, progress=False)
+    assert small.info["settings"]["batch_size"] == 50
+
+
 def test_unknown_settings_methods_and_guides_are_named():
     with pytest.raises(ValueError, match="unknown setting 'stepz'.*steps"):
         pyro_bdl.fit("coin", inference="svi", stepz=3, progress=False)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from .base import Draws, latent_sites, observed_sites
 
-__all__ = ["Method", "METHODS", "get_method", "Draws", "latent_sites", "observed_sites"]
+__all__ = ["Method", "METHODS", "get_method", "Domain", "SETTING_DOMAINS", "Draws", "latent_sites", "observed_sites"]
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,14 @@ class Method:
         return resolved
 
     def _number(self, key: str, value):
-        """A numeric setting (its default is a number; ``batch_size``) as that number: text such as the
-        CLI's ``--set steps=500`` is read, whole numbers stay whole; anything else is a clear error."""
+        """A numeric setting (its default is a number, or it has a :data:`SETTING_DOMAINS` entry) as that
+        number: text such as the CLI's ``--set steps=500`` is read, whole numbers stay whole, and the value
+        must lie in the setting's domain; anything else is a clear error."""
+        domain = SETTING_DOMAINS.get(key)
         default = self.defaults[key]
-        if key == "batch_size":
-            default = 0
-        if isinstance(default, bool) or not isinstance(default, (int, float)):
+        if domain is None and (isinstance(default, bool) or not isinstance(default, (int, float))):
             return value  # flags (pyro_bdl.inference.base.as_flag reads text too) and names
+        kind = domain.kind if domain is not None else type(default)
         what = f"setting '{key}' of inference '{self.name}'"
         number = value
         if isinstance(value, str):
@@ -59,11 +60,52 @@ class Method:
                 raise ValueError(f"{what} must be a number, got {value!r}") from None
         if isinstance(number, bool) or not isinstance(number, numbers.Real) or math.isnan(number):
             raise ValueError(f"{what} must be a number, got {value!r}")
-        if isinstance(default, int):  # a count
+        if kind is int:  # a count
             if not math.isfinite(number) or number != int(number):
                 raise ValueError(f"{what} must be a whole number, got {value!r}")
-            return int(number)
-        return float(number)
+            number = int(number)
+        else:
+            number = float(number)
+        if domain is not None and not domain.admits(number):
+            raise ValueError(f"{what} must be {domain.describe()}, got {value!r}")
+        return number
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a numeric setting admits: ``kind`` (``int``: a count, or ``float``) in the interval from
+    ``low`` to ``high``, each end included unless ``open_low`` / ``open_high``."""
+
+    kind: type
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+
+    def admits(self, x) -> bool:
+        above = x > self.low if self.open_low else x >= self.low
+        below = x < self.high if self.open_high else x <= self.high
+        return above and below
+
+    def describe(self) -> str:
+        """E.g. 'a whole number >= 1', 'a number > 0', 'a number in (0, 1)'."""
+        noun = "a whole number" if self.kind is int else "a number"
+        if self.high == math.inf:
+            return f"{noun} {'>' if self.open_low else '>='} {self.low:g}"
+        return f"{noun} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+
+
+#: What each numeric setting admits, for every method that has it (the one place these are declared;
+#: ``batch_size``'s default, None = the whole data, shows no type, so its kind comes from here).
+SETTING_DOMAINS: dict[str, Domain] = {
+    "steps": Domain(int, 1), "samples": Domain(int, 1), "chains": Domain(int, 1), "warmup": Domain(int, 0),
+    "particles": Domain(int, 1), "members": Domain(int, 1), "batch_size": Domain(int, 1),
+    "max_tree_depth": Domain(int, 1),
+    "lr": Domain(float, 0, open_low=True), "grad_clamp": Domain(float, 0, open_low=True),
+    "lr_hold": Domain(float, 0, 1, open_high=True),
+    "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
+    "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
+}
 
 
 def _svi_methods():
