@@ -2,7 +2,7 @@ r"""Bayes by Backprop: the zoo's SVI step against a hand-written PyTorch loop on
 
 Run on demand (the test suite smoke-tests it with ``--quick`` and never asserts on times)::
 
-    .venv/bin/python benchmarks/bbb_step.py [--quick] [--threads N] [--repeats N]
+    .venv/bin/python benchmarks/bbb_step.py [--quick] [--threads N] [--repeats N] [--seeds 0 1 2 3 4] [--skip-step-timing]
 
 1. **Correctness.**  At identical parameters and identical draws (the same seed replays the guide's
    ``eps`` and the plate's subsample indices), the zoo's default ELBOs (compiled ``Trace_ELBO`` and
@@ -38,7 +38,9 @@ Run on demand (the test suite smoke-tests it with ``--quick`` and never asserts 
    (evaluation time excluded; the best possible is about 0.88).  The paths train interleaved.  At
    the end, each path's negative ELBO (the objective all of them minimise: expected NLL from 50 draws
    plus the closed-form KL) says whether a path that is slow to the target also optimises worse.
-   Single first crossings of a noisy curve from one seed: read them as orders of magnitude.
+   A first crossing of a noisy curve from one seed is itself noisy (between seeds, and between two
+   paths with the same loss); ``--seeds 0 1 2 3 4`` runs one race per seed (its data, start and draws)
+   and prints the median of the per-seed ratios.  ``--skip-step-timing`` runs only the races.
 
 Ratios are the result; absolute milliseconds depend on the machine and its load (printed).
 """
@@ -496,14 +498,31 @@ def time_to_target(targets, max_steps: int, paths=("zoo", "hand", "hand+zoo-opti
             for tr in trainers}
 
 
-def print_time_to_target(targets, max_steps: int) -> None:
+def print_time_to_target(targets, max_steps: int, seeds=(0,)) -> None:
+    """The time-to-target table of each seed (data, initialisation and draws), then, for several seeds,
+    the median over them of the per-seed ratio zoo/hand at each target."""
+    ratios = {t: [] for t in targets}
+    for seed in seeds:
+        for t, r in _time_to_target_table(targets, max_steps, seed).items():
+            ratios[t].append(r)
+    if len(seeds) > 1:
+        print(f"\n== time to target over seeds {', '.join(map(str, seeds))}: median of the per-seed ratios ==")
+        for t, rs in ratios.items():
+            got = [r for r in rs if r is not None]
+            per_seed = ", ".join("n/a" if r is None else f"{r:.2f}" for r in rs)
+            median = f"{statistics.median(got):.2f}" if got else "n/a"
+            print(f"  ratio zoo/hand [time to lpd > {t:.2f}, median of {len(got)} seeds] = {median}  (per seed: {per_seed})")
+
+
+def _time_to_target_table(targets, max_steps: int, seed: int) -> dict:
+    """Print one seed's time-to-target table; return {target: ratio zoo/hand of the seconds, or None}."""
     labels = {"zoo": "zoo svi default (compiled Trace_ELBO, Adam with the zoo's rate schedule, the networks' grad_clamp)",
               "hand": "hand BBB (analytic KL, Adam)",
               "hand+zoo-optim": "diagnostic: hand BBB + ClippedAdam with the zoo's rate schedule and clip_norm 10 (Pyro's default)",
               "hand+zoo-optim-noclip": "diagnostic: the same without the gradient clamp"}
-    print(f"\n== time to held-out LPD > target (regressor, lr {TTT_LR}, cap {max_steps} steps, evaluated every "
-          f"{EVAL_EVERY} steps from {EVAL_DRAWS} draws; best possible about 0.88) ==")
-    results = time_to_target(targets, max_steps, tuple(labels))
+    print(f"\n== time to held-out LPD > target (regressor, seed {seed}, lr {TTT_LR}, cap {max_steps} steps, evaluated "
+          f"every {EVAL_EVERY} steps from {EVAL_DRAWS} draws; best possible about 0.88) ==")
+    results = time_to_target(targets, max_steps, tuple(labels), seed=seed)
     print(f"  {'lpd >':>7}" + "".join(f"  {path + ': step':>27} {'seconds':>8}" for path in labels))
     for t in targets:
         cells = "".join(f"  {v[0]:>27d} {v[1]:8.2f}" if v else f"  {'not reached':>36}"
@@ -513,13 +532,16 @@ def print_time_to_target(targets, max_steps: int) -> None:
         print(f"  {path:<21} = {labels[path]}: {r['steps']} steps, {r['seconds']:.2f} s of training (median "
               f"{r['median_ms']:.2f} ms/step), best lpd {r['best']:.3f}, last {r['last']:.3f}, "
               f"final -ELBO {r['neg_elbo']:.0f}")
+    ratios = {}
     for t in targets:
         z, h = results["zoo"]["reached"][t], results["hand"]["reached"][t]
+        ratios[t] = z[1] / h[1] if z and h else None
         if z and h:
             print(f"  ratio zoo/hand [time to lpd > {t:.2f}] = {z[1] / h[1]:.2f}  (steps {z[0]} vs {h[0]})")
         else:
             missing = " and ".join(p for p, v in (("zoo", z), ("hand", h)) if not v)
             print(f"  ratio zoo/hand [time to lpd > {t:.2f}] = n/a ({missing} not reached in {max_steps} steps)")
+    return ratios
 
 
 # --------------------------------------------------------------------------- main
@@ -533,6 +555,9 @@ def main(argv=None) -> int:
                         help="held-out LPDs per point to reach (the best possible is about 0.88)")
     parser.add_argument("--threads", type=int, help="torch threads (default: the CPUs this process may use)")
     parser.add_argument("--max-steps", type=int, help="time-to-target step cap (default 6000; --quick 300)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="time to target: one run per seed (data, start, draws) and the median ratio (default: 0)")
+    parser.add_argument("--skip-step-timing", action="store_true", help="only the correctness check and time to target")
     parser.add_argument("--optimize-graph", action="store_true",
                         help="run the compiled ELBO's graph with TorchScript's optimisations (jit.OPTIMIZE_GRAPH)")
     args = parser.parse_args(argv)
@@ -549,13 +574,14 @@ def main(argv=None) -> int:
     ok = print_correctness(REGRESSOR, check_losses(REGRESSOR))
     ok &= print_correctness(SMALL_CLASSIFIER, check_losses(SMALL_CLASSIFIER))
 
-    print("\n== one optimisation step (loss + backward + optimiser step); ratio = path / hand analytic KL ==")
-    repeats, inner = args.repeats or (3 if args.quick else 30), 5 if args.quick else 20
-    print_rows(REGRESSOR, time_config(REGRESSOR, repeats, inner, warmup=inner), repeats, inner)
-    repeats = args.repeats or (3 if args.quick else 10)
-    print_rows(CLASSIFIER, time_config(CLASSIFIER, repeats, 1, warmup=2 if args.quick else 3), repeats, 1)
+    if not args.skip_step_timing:
+        print("\n== one optimisation step (loss + backward + optimiser step); ratio = path / hand analytic KL ==")
+        repeats, inner = args.repeats or (3 if args.quick else 30), 5 if args.quick else 20
+        print_rows(REGRESSOR, time_config(REGRESSOR, repeats, inner, warmup=inner), repeats, inner)
+        repeats = args.repeats or (3 if args.quick else 10)
+        print_rows(CLASSIFIER, time_config(CLASSIFIER, repeats, 1, warmup=2 if args.quick else 3), repeats, 1)
 
-    print_time_to_target(args.targets, args.max_steps or (300 if args.quick else 6000))
+    print_time_to_target(args.targets, args.max_steps or (300 if args.quick else 6000), args.seeds)
     _print_load(cpus, "end")
     if not ok:
         print("\nCORRECTNESS CHECK FAILED")

@@ -40,6 +40,19 @@ def test_quick_run_prints_the_ratio_lines(tmp_path):
     assert "torch threads 1" in out and "compiled graph optimised: False" in out
 
 
+def test_time_to_target_over_seeds_prints_one_race_per_seed_and_the_median(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--skip-step-timing",
+                           "--seeds", "0", "1", "--max-steps", "100", "--targets", "-5", "0.6"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "ratio zoo/hand [bnn-regressor" not in out  # step timing skipped
+    assert "regressor, seed 0," in out and "regressor, seed 1," in out
+    # a target every path reaches at its first evaluation (lpd > -5) has a ratio on both seeds
+    line = next(line for line in out.splitlines() if "time to lpd > -5.00, median of" in line)
+    assert "median of 2 seeds] = " in line and "n/a" not in line, line
+
+
 def test_floor_step_is_the_point_net_loss_and_leaves_the_sds_alone():
     """The floor row times the same net as a point estimate: its loss is the hand-written loss with the
     noise draw at zero and without the KL, and its steps move mu only."""
