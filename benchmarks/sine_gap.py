@@ -52,7 +52,7 @@ def parse_spec(spec: str) -> tuple[str, dict, dict]:
         if hidden:  # empty (``svi::KEY=VALUE``): the model's default widths
             options["hidden"] = hidden
     try:
-        pairs = parse_key_values(rest, f"'{spec}'")
+        pairs = parse_key_values(rest, f"each option or setting of '{spec}'")
     except ValueError as err:
         raise ValueError(f"{err} (METHOD[:HIDDEN[:KEY=VALUE...]])") from None
     for key, value in pairs.items():  # text: pyro_bdl.fit reads it, as from the CLI

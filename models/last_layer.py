@@ -221,7 +221,8 @@ def last_layer(X: torch.Tensor, y: torch.Tensor | None = None, hidden=None, acti
     b = pyro.sample("b", dist.Normal(X.new_zeros(()), prior_scale))
     # y_i ~ N(phi(x_i)^T w + b, sigma^2), independently over the data
     with pyro.plate("data", X.shape[0]):
-        return pyro.sample("y", dist.Normal(feats @ w + b, noise), obs=y)
+        # (feats @ w[..., None])[..., 0]: w may carry a batch of particles in front, w: (..., h) -> (..., n)
+        return pyro.sample("y", dist.Normal((feats @ w.unsqueeze(-1)).squeeze(-1) + b, noise), obs=y)
 
 
 def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: str | None = None, seed: int = 0,
@@ -289,7 +290,10 @@ class PrincipalAxesGuide:
         q(\theta) = \mathcal N(Q m, Q \operatorname{diag}(v^2) Q^\top),
 
     where the columns of :math:`Q` ((h+1, h+1), orthogonal) are the eigenvectors of :math:`\Phi^\top\Phi`,
-    :math:`\Phi = [\phi(X), 1]` on the inputs the guide is called with (the training inputs).  The exact
+    :math:`\Phi = [\phi(X), 1]` on the inputs of the guide's first call (the training inputs, in
+    :func:`pyro_bdl.fit`).  :math:`Q` is then kept: the guide is a distribution over :math:`\theta`, so a
+    later call on other inputs (``Predictive(model, guide=result.guide)(X_new)``) draws from the same
+    :math:`q`, in the basis its parameters were fitted in.  The exact
     posterior precision :math:`\Phi^\top\Phi/\sigma^2 + I/s^2` has the same eigenvectors, so the family
     holds the exact posterior and, in the coordinates :math:`z`, that posterior is a product of h+1
     independent Gaussians.  SVI then fits independent coordinates, which Adam's per-coordinate steps
@@ -318,17 +322,17 @@ class PrincipalAxesGuide:
             raise TypeError("PrincipalAxesGuide needs the bound last-layer model (get_model('last-layer').bind(options))")
         self.feature_options, self.prior_scale, _ = _split(options)
         self.prefix = prefix
-        self._cache = None  # (X, Q): the rotation of the inputs last seen
+        self._Q = None  # float64, fixed by the first call's inputs
 
     def axes(self, X: torch.Tensor) -> torch.Tensor:
-        """Q, (h+1, h+1) in X's dtype: the eigenvectors of Phi^T Phi (computed in float64, kept for X)."""
-        if self._cache is None or self._cache[0] is not X:
+        """Q, (h+1, h+1) in X's dtype: the eigenvectors of Phi^T Phi on the first inputs seen (float64
+        eigendecomposition); later inputs reuse it."""
+        if self._Q is None:
             with torch.no_grad():
                 phi = features(X.detach().double(), **self.feature_options)
                 Phi = torch.cat([phi, phi.new_ones(phi.shape[0], 1)], 1)
-                Q = torch.linalg.eigh(Phi.T @ Phi).eigenvectors.to(X.dtype)
-            self._cache = (X, Q)
-        return self._cache[1]
+                self._Q = torch.linalg.eigh(Phi.T @ Phi).eigenvectors
+        return self._Q.to(X.dtype)
 
     def __call__(self, X: torch.Tensor, y: torch.Tensor | None = None, **kwargs):
         Q = self.axes(X)
@@ -336,7 +340,7 @@ class PrincipalAxesGuide:
         loc = pyro.param(f"{self.prefix}.loc", lambda: X.new_zeros(k))
         scale = pyro.param(f"{self.prefix}.scale", lambda: X.new_full((k,), self.prior_scale),
                            constraint=dist.constraints.positive)
-        # z ~ N(m, diag(v^2)) in the principal axes; theta = Q z (z: (..., h+1), particles batched in front)
+        # z ~ N(m, diag(v^2)) in the principal axes; theta = Q z (z: (..., h+1), any batch of particles in front)
         z = pyro.sample(f"{self.prefix}.z", dist.Normal(loc, scale).to_event(1), infer={"is_auxiliary": True})
         theta = z @ Q.T
         pyro.sample("w", dist.Delta(theta[..., :-1], event_dim=1))

@@ -50,11 +50,14 @@ def _cmd_describe(args) -> None:
         print(f"  {key} = {opt.default!r}: {opt.doc}")
     print(f"\nSample sites: {', '.join(spec.sites)}")
     if spec.guides:
-        print(f"Model guides (--guide NAME): {', '.join(spec.guides)}")
+        print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
+              "(the generic normal, mvn and meanfield work too)")
     print(f"Default data: {spec.default_data}")
     print("\nInference methods and their default settings:")
     for name in spec.methods:
         merged = {**METHODS[name].defaults, **spec.method_defaults.get(name, {})}
+        if not spec.minibatches:
+            merged.pop("batch_size", None)  # refused for a model that does not subsample its data
         defaults = ", ".join(f"{k}={v}" for k, v in merged.items())
         if name in spec.default_guides:
             defaults += f", guide={spec.default_guides[name]}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from .checkpoint import Checkpoint, fingerprint
 from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import get_method, latent_sites, observed_sites
-from .registry import ModelSpec, get_model
+from .registry import ModelSpec, get_model, takes_minibatches
 from .result import FitResult
 
 __all__ = ["fit"]
@@ -131,9 +130,11 @@ def fit(
     if spec is not None and inference not in spec.methods:
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}'; it supports: {', '.join(spec.methods)}")
     given = {k: v for k, v in settings.items() if v is not None}
-    model_defaults = spec.method_defaults.get(inference, {}) if spec is not None and guide is None else {}
+    # the model's settings for a method go with the method's default guide (given or by name)
+    default_guide = spec is not None and (guide is None or guide == spec.default_guides.get(inference))
+    model_defaults = spec.method_defaults.get(inference, {}) if default_guide else {}
     resolved = method.resolve_settings({**model_defaults, **given})
-    _check_minibatch(resolved, bound, dataset)
+    _check_minibatch(resolved, bound, dataset, spec.name if spec is not None else None)
     nan_check_kwargs(kwargs)
 
     pyro.set_rng_seed(seed)
@@ -189,15 +190,15 @@ def fit(
     return result
 
 
-def _check_minibatch(resolved: dict, bound, dataset) -> None:
+def _check_minibatch(resolved: dict, bound, dataset, name: str | None = None) -> None:
     """``batch_size`` only for a model that subsamples its data (has a ``batch_size`` argument, as the
-    networks do); a batch at least as large as the data set is the whole data (``batch_size`` None)."""
+    networks do); a batch at least as large as the data set is the whole data (``batch_size`` None).
+    ``name``: the zoo model's name, for the error (else the callable's)."""
     size = resolved.get("batch_size")
     if size is None:
         return
-    params = inspect.signature(bound).parameters
-    if "batch_size" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        name = getattr(bound, "__name__", "model")
+    if not takes_minibatches(bound):
+        name = name or getattr(bound, "__name__", None) or getattr(getattr(bound, "func", None), "__name__", "model")
         raise ValueError(f"model '{name}' does not take minibatches (it has no batch_size argument): "
                          f"leave batch_size unset")
     if dataset is not None and size >= len(dataset):

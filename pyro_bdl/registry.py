@@ -16,10 +16,26 @@ Example
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-__all__ = ["Option", "ModelSpec", "register", "get_model", "list_models"]
+__all__ = ["Option", "ModelSpec", "register", "get_model", "list_models", "takes_minibatches"]
+
+
+def takes_minibatches(model: Callable) -> bool:
+    """Whether ``model`` subsamples its data: it takes a ``batch_size`` argument (as the networks do, for
+    ``pyro.plate(..., subsample_size=batch_size)``) or any keyword.  True when no signature can be read
+    (the model then decides).
+
+    >>> takes_minibatches(lambda X, y=None, batch_size=None: None), takes_minibatches(lambda X, y=None: None)
+    (True, False)
+    """
+    try:
+        params = inspect.signature(model).parameters
+    except (TypeError, ValueError):  # no signature to read (some builtins and C callables)
+        return True
+    return "batch_size" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,11 @@ class ModelSpec:
                     raise ValueError(f"option {key}={value!r} for model '{self.name}': {exc}") from None
             resolved[key] = value
         return resolved
+
+    @property
+    def minibatches(self) -> bool:
+        """The model subsamples its data (the ``batch_size`` setting applies): :func:`takes_minibatches`."""
+        return takes_minibatches(self.model)
 
     def bind(self, options: Mapping[str, Any] | None = None) -> Callable:
         """The model with its options fixed: ``bound(X, y=None)``."""

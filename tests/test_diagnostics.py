@@ -113,7 +113,8 @@ def test_numeric_settings_read_text_and_refuse_what_is_not_a_number():
     ("nuts", "chains", "0", "a whole number >= 1"), ("nuts", "warmup", -1, "a whole number >= 0"),
     ("svi", "particles", 0, "a whole number >= 1"), ("ensemble", "members", 0, "a whole number >= 1"),
     ("svi", "batch_size", 0, "a whole number >= 1"), ("nuts", "max_tree_depth", 0, "a whole number >= 1"),
-    ("map", "lr", -0.1, "a number > 0"), ("map", "lr", 0, "a number > 0"), ("svi", "grad_clamp", 0, "a number > 0"),
+    ("map", "lr", -0.1, "a finite number > 0"), ("map", "lr", 0, "a finite number > 0"),
+    ("svi", "lr", "inf", "a finite number > 0"), ("svi", "grad_clamp", 0, "a number > 0"),
     ("svi", "lr_hold", 1, r"a number in \[0, 1\)"), ("nuts", "target_accept", 1.5, r"a number in \(0, 1\)"),
     ("mc-dropout", "p", 1, r"a number in \[0, 1\)"), ("importance", "samples", 0, "a whole number >= 1"),
     ("metropolis", "samples", -5, "a whole number >= 1"),
@@ -135,10 +136,27 @@ def test_numeric_settings_outside_their_domain_are_refused(method, key, bad, dom
 def test_batch_size_needs_a_minibatching_model_and_caps_at_the_data():
     with pytest.raises(ValueError, match="model 'blr' does not take minibatches"):
         pyro_bdl.fit("blr", inference="map", batch_size=10, steps=5, progress=False)
+    with pytest.raises(ValueError, match="model 'last-layer' does not take minibatches"):  # the zoo name
+        pyro_bdl.fit("last-layer", inference="map", batch_size=10, steps=5, progress=False)
     big = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=10**6, steps=5, progress=False)
     assert big.info["settings"]["batch_size"] is None  # larger than the 200 rows of sine: the whole data
     small = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=50, steps=5, progress=False)
     assert small.info["settings"]["batch_size"] == 50
+
+
+def test_model_settings_go_with_the_models_default_guide():
+    """A model's method_defaults apply with its default guide, implicit or named (``--guide beta`` for the
+    coin's svi-meanfield gets the Beta guide's 3000 steps at lr 0.1), not with another guide."""
+    spec = pyro_bdl.get_model("coin")
+    tuned = spec.method_defaults["svi-meanfield"]
+    for guide in (None, spec.default_guides["svi-meanfield"]):
+        got = pyro_bdl.fit("coin", inference="svi-meanfield", guide=guide, samples=5, progress=False).info["settings"]
+        assert {k: got[k] for k in tuned} == tuned, guide
+    other = pyro_bdl.fit("coin", inference="svi-meanfield", guide="normal", samples=5, progress=False).info["settings"]
+    from pyro_bdl.inference import get_method
+
+    method = get_method("svi-meanfield").defaults
+    assert {k: other[k] for k in tuned} == {k: method[k] for k in tuned}
 
 
 def test_unknown_settings_methods_and_guides_are_named():

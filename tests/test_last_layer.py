@@ -106,7 +106,7 @@ def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(featur
     """``svi`` with the model's defaults (the principal-axes guide) on the default data, where a full-rank
     guide in w's own coordinates is far off (see PrincipalAxesGuide)."""
     options = {} if features == "random" else {"feature_weights": request.getfixturevalue("trained_map")}
-    result = pyro_bdl.fit("last-layer", inference="svi", options=options, seed=0, progress=False, samples=10)
+    result = pyro_bdl.fit("last-layer", inference="svi", options=options, seed=0, progress=False, samples=2000)
     assert isinstance(result.guide, ll.PrincipalAxesGuide)  # the model's default guide for svi
     mean, cov = ll.posterior_moments(result.data["X"], result.data["y"], **result.info["options"])
     assert np.linalg.cond(cov.numpy()) > 1e5  # the problem is as ill-conditioned as claimed
@@ -120,26 +120,53 @@ def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(featur
     assert sd_err < AXES_SD_ALLOWANCE, sd_err
     kl = _gaussian_kl(q_mean, q_cov, mean, cov)
     assert kl < AXES_KL_ALLOWANCE, kl
-    # the draws are the guide's: their moments agree within Monte Carlo error (10 draws here)
-    theta = torch.cat([result.samples["w"].reshape(10, -1), result.samples["b"].reshape(10, 1)], 1).double()
+    # the stored draws are the guide's: in its axes, independent N(loc, scale^2) per coordinate
+    theta = torch.cat([result.samples["w"].reshape(2000, -1), result.samples["b"].reshape(2000, 1)], 1).double()
     z = (theta @ Q - loc) / scale
-    assert bool((z.abs() < 5).all()), z.abs().max()
+    n = z.shape[0]
+    assert (z.mean(0).abs() < K / n**0.5).all(), z.mean(0).abs().max()
+    assert ((z.std(0) - 1).abs() < K / (2 * n) ** 0.5).all(), (z.std(0) - 1).abs().max()
 
 
-def test_principal_axes_diagonalise_the_exact_posterior():
-    """The claim the guide rests on: Q^T Sigma_N Q is diagonal, so the family holds the exact posterior."""
-    ds = problem()
-    model = pyro_bdl.get_model("last-layer").bind(OPTIONS)
-    guide = ll.PrincipalAxesGuide(model)
-    Q = guide.axes(ds.X).double()
+@pytest.mark.parametrize("data", ["toy", "sine"])
+def test_principal_axes_diagonalise_the_exact_posterior(data):
+    """The claim the guide rests on: Q^T Sigma_N Q is diagonal, so the family holds the exact posterior.
+    Measured largest correlation between two axes: 6e-6 on sine (condition number 4e5)."""
+    if data == "toy":
+        X, y, options = problem().X, problem().y, OPTIONS
+    else:
+        ds = pyro_bdl.data.load("sine")
+        X, y, options = (ds.X - ds.X.mean(0)) / ds.X.std(0), (ds.y - ds.y.mean()) / ds.y.std(), {}
+    guide = ll.PrincipalAxesGuide(pyro_bdl.get_model("last-layer").bind(options))
+    Q = guide.axes(X).double()
     assert torch.allclose(Q.T @ Q, torch.eye(Q.shape[0], dtype=torch.float64), atol=1e-5)
-    _, cov = ll.posterior_moments(ds.X, ds.y, **OPTIONS)
+    _, cov = ll.posterior_moments(X, y, **options)
     rotated = Q.T @ cov @ Q
-    off = rotated - torch.diag(rotated.diagonal())
-    assert off.abs().max() < 1e-4 * rotated.diagonal().max(), off.abs().max()
-    assert guide.axes(ds.X) is guide.axes(ds.X)  # computed once per input tensor
+    sd = rotated.diagonal().sqrt()
+    corr = rotated / sd[:, None] / sd[None, :] - torch.eye(Q.shape[0], dtype=torch.float64)
+    assert corr.abs().max() < 1e-4, corr.abs().max()
     with pytest.raises(TypeError, match="bound last-layer model"):
         ll.PrincipalAxesGuide(ll.last_layer)
+
+
+def test_principal_axes_are_fixed_by_the_training_inputs():
+    """q(theta) does not change with the inputs: after the first call (the training inputs), a call on other
+    inputs, as Predictive(model, guide=...)(X_new) makes, draws the same theta from the same seed; and the
+    guide and model take a vectorised batch of particles."""
+    X_train, X_new = problem().X, torch.linspace(-3, 3, 7).unsqueeze(1).expand(7, 2).contiguous()
+    model = pyro_bdl.get_model("last-layer").bind(OPTIONS)
+    guide = ll.PrincipalAxesGuide(model)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    on_train = guide(X_train)
+    pyro.set_rng_seed(0)
+    assert torch.equal(guide(X_new), on_train)
+    assert torch.equal(guide.axes(X_new), guide.axes(X_train))
+    predictive = pyro.infer.Predictive(model, guide=guide, num_samples=5, parallel=True)(X_new)
+    assert predictive["w"].shape == (5, 1, 4) and predictive["y"].shape == (5, 7)  # particles at dim -2
+    result = pyro_bdl.fit("last-layer", problem(), inference="svi", options=OPTIONS, progress=False, steps=20,
+                          samples=5, particles=3, vectorize=True)
+    assert np.isfinite(result.losses).all()
 
 
 #: svi-meanfield (its mean-field guide in w's own coordinates) on the small, well-conditioned problem:

@@ -74,22 +74,24 @@ class Method:
 @dataclass(frozen=True)
 class Domain:
     """The values a numeric setting admits: ``kind`` (``int``: a count, or ``float``) in the interval from
-    ``low`` to ``high``, each end included unless ``open_low`` / ``open_high``."""
+    ``low`` to ``high``, each end included unless ``open_low`` / ``open_high``; infinity only where an
+    end is infinite and ``finite`` is False (``grad_clamp=inf`` means no clamp; ``lr=inf`` means nothing)."""
 
     kind: type
     low: float = -math.inf
     high: float = math.inf
     open_low: bool = False
     open_high: bool = False
+    finite: bool = False
 
     def admits(self, x) -> bool:
         above = x > self.low if self.open_low else x >= self.low
         below = x < self.high if self.open_high else x <= self.high
-        return above and below
+        return above and below and (math.isfinite(x) or not self.finite)
 
     def describe(self) -> str:
-        """E.g. 'a whole number >= 1', 'a number > 0', 'a number in (0, 1)'."""
-        noun = "a whole number" if self.kind is int else "a number"
+        """E.g. 'a whole number >= 1', 'a finite number > 0', 'a number in (0, 1)'."""
+        noun = "a whole number" if self.kind is int else ("a finite number" if self.finite else "a number")
         if self.high == math.inf:
             return f"{noun} {'>' if self.open_low else '>='} {self.low:g}"
         return f"{noun} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
@@ -101,7 +103,7 @@ SETTING_DOMAINS: dict[str, Domain] = {
     "steps": Domain(int, 1), "samples": Domain(int, 1), "chains": Domain(int, 1), "warmup": Domain(int, 0),
     "particles": Domain(int, 1), "members": Domain(int, 1), "batch_size": Domain(int, 1),
     "max_tree_depth": Domain(int, 1),
-    "lr": Domain(float, 0, open_low=True), "grad_clamp": Domain(float, 0, open_low=True),
+    "lr": Domain(float, 0, open_low=True, finite=True), "grad_clamp": Domain(float, 0, open_low=True),
     "lr_hold": Domain(float, 0, 1, open_high=True),
     "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
     "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
