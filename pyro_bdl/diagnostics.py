@@ -28,17 +28,23 @@ class ConvergenceWarning(UserWarning):
     """A fit finished but its diagnostics say the result should not be trusted."""
 
 
+def _divergences(idata) -> int:
+    stats = getattr(idata, "sample_stats", None)  # absent for draws that came without sampler statistics
+    return int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
+
+
 def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
     """max r_hat, min bulk/tail ESS and the number of divergences; warns naming what is wrong."""
     import arviz as az
 
     chains = idata.posterior.sizes["chain"]
-    summary = az.summary(idata, var_names=var_names, kind="diagnostics")
+    # round_to="none": az.summary rounds r_hat to 2 decimals by default, so 1.005 would read as 1.01
+    summary = az.summary(idata, var_names=var_names, kind="diagnostics", round_to="none")
     report = {
         "max_r_hat": float(summary["r_hat"].max()) if chains > 1 else float("nan"),
         "min_ess_bulk": float(summary["ess_bulk"].min()),
         "min_ess_tail": float(summary["ess_tail"].min()),
-        "divergences": int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0,
+        "divergences": _divergences(idata),
     }
     if not warn:
         return report

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.diagnostics import importance_report, svi_report
+from pyro_bdl.diagnostics import importance_report, mcmc_report, svi_report
 
 
 def test_short_mcmc_run_warns_with_the_failing_diagnostic():
@@ -26,6 +26,20 @@ def test_healthy_mcmc_run_does_not_warn():
         warnings.simplefilter("error", pyro_bdl.ConvergenceWarning)
         result = pyro_bdl.fit("coin", inference="nuts", progress=False, samples=500, warmup=300)
     assert result.info["max_r_hat"] < 1.01 and result.info["divergences"] == 0
+
+
+def test_mcmc_report_uses_unrounded_diagnostics():
+    # az.summary rounds r_hat to 2 decimals by default: a healthy 1.006 would read as 1.01
+    import arviz as az
+
+    rng = np.random.default_rng(1)
+    idata = az.from_dict(posterior={"a": rng.normal(size=(2, 300)), "b": rng.normal(size=(2, 300, 3))})
+    report = mcmc_report(idata, warn=False)
+    want_rhat = max(float(az.rhat(idata)[v].max()) for v in ("a", "b"))
+    want_ess = min(float(az.ess(idata)[v].min()) for v in ("a", "b"))
+    assert report["max_r_hat"] == pytest.approx(want_rhat, rel=1e-12)
+    assert report["min_ess_bulk"] == pytest.approx(want_ess, rel=1e-12)
+    assert report["max_r_hat"] != round(report["max_r_hat"], 2)
 
 
 def test_svi_report_flags_nan_and_unsettled_losses():
