@@ -30,7 +30,7 @@ _METRIC_KEYS = (
     "model", "method", "seed", "wall_seconds", "data", "rows", "target", "options", "settings",
     "final_elbo", "settled", "steps_run", "divergences", "max_r_hat", "min_ess_bulk", "min_ess_tail",
     "mean_accept_prob", "importance_ess", "importance_draws", "proposal", "log_evidence",
-    "p_next_heads", "p_next_heads_exact", "heads", "tosses", "members", "dropout_p", "heldout",
+    "p_next_heads", "p_next_heads_exact", "heads", "tosses", "members", "dropout_p", "tau", "heldout",
 )
 
 

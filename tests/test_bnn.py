@@ -18,6 +18,7 @@ from pyro.infer import Trace_ELBO
 import pyro_bdl
 from pyro_bdl.datasets import SINE_GAP, SINE_NOISE, digits_split, sine_curve, sine_grid
 from pyro_bdl.inference.guides import MeanFieldGuide
+from pyro_bdl.store import metrics
 from pyro_bdl.uncertainty import accuracy, rmse
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
@@ -194,6 +195,7 @@ def test_mc_dropout_reports_tau_and_adds_it_to_the_predictive_variance():
     y_sd = result.standardizer.y_sd
     np.testing.assert_allclose(table["aleatoric_sd"] ** 2, y_sd**2 / tau, rtol=1e-4)
     assert (table["sd"] ** 2 > table["aleatoric_sd"] ** 2).all()  # plus the spread of the dropped-out nets
+    assert metrics(result)["tau"] == tau  # and metrics.json says it
 
 
 def test_scale_mixture_prior_density_and_moments():

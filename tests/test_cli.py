@@ -204,5 +204,7 @@ def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     rows.to_csv(tmp_path / "new.csv", index=False)
     assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
     pred = pd.read_csv(tmp_path / "p.csv")
-    assert {"prob_0", "prob_9", "pred", "entropy", "mutual_info"} <= set(pred.columns)
+    # the columns, plus expected_entropy (aleatoric: entropy = expected_entropy + mutual_info)
+    assert list(pred.columns) == [f"prob_{c}" for c in range(10)] + ["pred", "entropy", "expected_entropy", "mutual_info"]
+    np.testing.assert_allclose(pred["entropy"], pred["expected_entropy"] + pred["mutual_info"], atol=1e-5)
     assert np.allclose(pred[[f"prob_{c}" for c in range(10)]].sum(axis=1), 1.0, atol=1e-5)

@@ -2,24 +2,39 @@
 
 import doctest
 import importlib
+import pkgutil
 
 import pytest
 
-MODULES = [
+import pyro_bdl
+
+#: The modules a user reads: each has at least one runnable example.
+DOCUMENTED = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
-    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate", "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
+    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate",
+    "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
     "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
 ]
+#: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
+INTERNAL = [
+    "pyro_bdl.arviz_io", "pyro_bdl.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
+    "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
+    "pyro_bdl.inference.mcmc", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.plots",
+    "pyro_bdl.predictive", "pyro_bdl.store",
+]
+ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
+
+
+def test_every_module_is_either_documented_or_internal():
+    assert sorted(DOCUMENTED + INTERNAL) == ALL  # a new module must be put in one of the two lists
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
-@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize("name", ALL)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
-
-
-def test_every_module_has_an_example():
-    assert all(importlib.import_module(m).__doc__ for m in MODULES)
+    if name in DOCUMENTED:
+        assert module.__doc__ and result.attempted > 0, f"{name} has no runnable example"

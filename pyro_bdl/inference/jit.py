@@ -7,7 +7,10 @@ step: the first call traces the loss with :func:`pyro.ops.jit.trace` (with argum
 off; the eager run that precedes it is validated), later calls replay the traced graph (without the
 JIT's graph optimisations, :data:`OPTIMIZE_GRAPH`). Random
 draws (the guide's ``eps``, a plate's subsample indices) are operations of the graph, fresh at
-every call.
+every call.  Draws the loss does not use are dropped from the graph as dead code: with the analytic
+KL and local reparameterisation (:mod:`pyro_bdl.inference.local_reparam`) nothing reads the guide's
+weight draws, so the compiled loss skips them, consuming the random stream differently from the
+eager ELBO: the same distribution of losses and gradients, not the same draws at the same seed.
 
 Why not Pyro's own: in pyro-ppl 1.9.2 ``JitTraceMeanField_ELBO`` checks for a cached function under
 ``_loss_and_surrogate_loss`` but stores it as ``_differentiable_loss``, so it re-traces at every
