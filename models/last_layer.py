@@ -17,7 +17,9 @@ they are either
   ``{"activation": "tanh", "layers": [{"weight": [[...]], "bias": [...]}, ...]}`` (``weight`` of layer
   :math:`\ell` is :math:`A_\ell`, shape (out, in); ``bias`` is :math:`c_\ell`).  :func:`train_feature_map`
   makes one: it fits a MAP ``bnn-regressor`` on the data and keeps its hidden layers, dropping its output
-  layer, which the Bayesian last layer replaces.  ``hidden`` and ``activation`` then come from the weights
+  layer, which the Bayesian last layer replaces.  From the command line, pass the ``--out`` directory of
+  such a fit: ``pyro-bdl fit bnn-regressor --inference map --out net`` then
+  ``pyro-bdl fit last-layer --option feature_weights=net`` (:func:`feature_map_of`).  ``hidden`` and ``activation`` then come from the weights
   (giving different ones is an error) and ``feature_seed``, ``feature_scale`` are unused.
 
 Either way :math:`\phi` is a function of ``(options, X)`` alone, as a zoo model must be: predictions call
@@ -90,7 +92,7 @@ from pyro_bdl.registry import ModelSpec, Option, get_model, register
 from .blr import posterior_moments as _blr_posterior_moments
 from .bnn import ACTIVATIONS
 
-__all__ = ["last_layer", "features", "train_feature_map", "exact_posterior", "posterior_moments",
+__all__ = ["last_layer", "features", "train_feature_map", "feature_map_of", "exact_posterior", "posterior_moments",
            "expected_loglik_and_grad", "Expectation", "PrincipalAxesGuide"]
 
 #: The options that decide the feature map phi (the rest: prior_scale, noise).
@@ -112,15 +114,40 @@ def _widths(hidden) -> tuple:
 
 
 def _parse_weights(text: str):
-    """CLI value of ``feature_weights``: ``none``, inline JSON, or the path of a JSON file."""
+    """CLI value of ``feature_weights``: ``none``, inline JSON, the path of a JSON file, or the fit
+    directory of a point-estimate ``bnn-regressor`` (``pyro-bdl fit bnn-regressor --inference map --out DIR``:
+    its hidden layers, as :func:`train_feature_map` returns them)."""
     if text.strip().lower() in ("", "none"):
         return None
     if text.lstrip().startswith("{"):
         return json.loads(text)
     path = Path(text)
+    if path.is_dir():
+        from pyro_bdl.store import load_fit
+
+        return feature_map_of(load_fit(path))
     if not path.is_file():
-        raise ValueError(f"not inline JSON and no such file: {text}")
+        raise ValueError(f"not inline JSON and no such file or fit directory: {text}")
     return json.loads(path.read_text())
+
+
+def feature_map_of(net) -> dict:
+    """The hidden layers of a fitted point-estimate ``bnn-regressor`` (map or mle) as ``feature_weights``.
+
+    Its output layer is dropped: the Bayesian last layer replaces it.  The net saw inputs standardised on
+    its training data, as ``last-layer`` will if fitted on the same data.
+    """
+    name = net.info.get("model")
+    if name != "bnn-regressor" or not net.point_estimate:
+        raise ValueError(f"a trained feature map comes from a map or mle fit of bnn-regressor; this fit is "
+                         f"{name or 'a user model'} with {net.method}")
+    defaults = get_model("bnn-regressor").options
+    options = net.info.get("options", {})
+    widths = _widths(options.get("hidden", defaults["hidden"].default))
+    activation = options.get("activation", defaults["activation"].default)
+    layers = [{"weight": net.posterior_mean(f"layer{i}.weight").double().tolist(),
+               "bias": net.posterior_mean(f"layer{i}.bias").double().tolist()} for i in range(len(widths))]
+    return {"activation": activation, "layers": layers}
 
 
 @functools.lru_cache(maxsize=64)
@@ -249,9 +276,7 @@ def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: s
     settings = {"steps": steps} if lr is None else {"steps": steps, "lr": lr}
     net = fit("bnn-regressor", data, inference="map", target=target, seed=seed, progress=False,
               options={"hidden": widths, "activation": activation, "prior_scale": prior_scale}, **settings)
-    layers = [{"weight": net.posterior_mean(f"layer{i}.weight").tolist(),
-               "bias": net.posterior_mean(f"layer{i}.bias").tolist()} for i in range(len(widths))]
-    return {"activation": activation, "layers": layers}
+    return feature_map_of(net)
 
 
 def _split(options: dict) -> tuple[dict, float, float]:
@@ -468,9 +493,11 @@ SPEC = register(
                                        "for random features, the weights' own with feature_weights", str),
             "feature_seed": Option(0, "seed of the random feature-map weights", int),
             "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)"),
-            "feature_weights": Option(None, "trained or given feature map instead of random features: a JSON file "
-                                            "(or inline JSON) {activation, layers: [{weight, bias}, ...]}, "
-                                            "e.g. json.dump(train_feature_map(data))", _parse_weights),
+            "feature_weights": Option(None, "trained or given feature map instead of random features: the --out "
+                                            "directory of a map/mle bnn-regressor fit on the same data (its hidden "
+                                            "layers), or a JSON file (or inline JSON) {activation, layers: "
+                                            "[{weight, bias}, ...]}, e.g. json.dump(train_feature_map(data))",
+                                      _parse_weights),
             "prior_scale": Option(1.0, "prior sd s of w and b"),
             "noise": Option(0.1, "known noise sd sigma, in standardised units"),
         },

@@ -302,7 +302,7 @@ def test_bad_options_give_clear_errors(case):
 def test_unknown_option_and_bad_weights_file(tmp_path):
     with pytest.raises(ValueError, match="unknown option 'width'"):
         pyro_bdl.fit("last-layer", problem(), inference="map", options={"width": 3}, progress=False, steps=1)
-    with pytest.raises(ValueError, match="no such file"):
+    with pytest.raises(ValueError, match="no such file or fit directory"):
         pyro_bdl.get_model("last-layer").resolve_options({"feature_weights": str(tmp_path / "nope.json")})
 
 
@@ -332,6 +332,30 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
                  "--option", f"feature_weights={tmp_path / 'phi.json'}", "--option", "noise=0.5", "--steps", "200",
                  "--out", str(out), "--no-progress", "--test-fraction", "0"]) == 0
     assert json.loads((out / "metrics.json").read_text())["options"]["feature_weights"] == phi
+
+
+def test_feature_map_from_a_fitted_network_directory(tmp_path):
+    """``--option feature_weights=DIR``: the hidden layers of a map bnn-regressor fitted by the CLI,
+    the same map train_feature_map gives for the same data, seed and settings."""
+    ds = problem()
+    pd.DataFrame({"x0": ds.X[:, 0], "x1": ds.X[:, 1], "y": ds.y}).to_csv(tmp_path / "train.csv", index=False)
+    data = ["--data", str(tmp_path / "train.csv"), "--target", "y", "--no-progress", "--test-fraction", "0"]
+    net = tmp_path / "net"
+    assert main(["fit", "bnn-regressor", "--inference", "map", "--option", "hidden=4", "--option", "activation=tanh",
+                 "--option", "prior_scale=2", "--steps", "300", "--out", str(net), *data]) == 0
+    out = tmp_path / "ll"
+    assert main(["fit", "last-layer", "--inference", "map", "--option", f"feature_weights={net}",
+                 "--option", "noise=0.5", "--out", str(out), *data]) == 0
+    phi = json.loads((out / "metrics.json").read_text())["options"]["feature_weights"]
+    want = ll.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
+    assert phi["activation"] == "tanh" and len(phi["layers"]) == 1
+    np.testing.assert_allclose(phi["layers"][0]["weight"], want["layers"][0]["weight"], rtol=1e-5, atol=1e-6)
+    # only a point estimate of bnn-regressor is a feature map
+    svi = tmp_path / "svi"
+    assert main(["fit", "bnn-regressor", "--inference", "svi", "--option", "hidden=4", "--steps", "5",
+                 "--samples", "5", "--out", str(svi), *data]) == 0
+    with pytest.raises(ValueError, match="map or mle fit of bnn-regressor; this fit is bnn-regressor with svi"):
+        pyro_bdl.get_model("last-layer").resolve_options({"feature_weights": str(svi)})
 
 
 def test_describe_and_default_cli_fit(tmp_path, capsys):
