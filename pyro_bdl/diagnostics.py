@@ -28,6 +28,20 @@ class ConvergenceWarning(UserWarning):
     """A fit finished but its diagnostics say the result should not be trusted."""
 
 
+def _ess_table(idata, var_names=None) -> pd.DataFrame:
+    """Bulk and tail ESS per scalar, rows named as az.summary names them (``w[3]``)."""
+    import arviz as az
+
+    columns = {}
+    for method in ("bulk", "tail"):
+        rows = {}
+        for name, values in az.ess(idata, var_names=var_names, method=method).data_vars.items():
+            flat = np.asarray(values.values, dtype=float).reshape(-1)
+            rows.update({name: flat[0]} if values.ndim == 0 else {f"{name}[{j}]": v for j, v in enumerate(flat)})
+        columns[f"ess_{method}"] = rows
+    return pd.DataFrame(columns)
+
+
 def _divergences(idata) -> int:
     stats = getattr(idata, "sample_stats", None)  # absent for draws that came without sampler statistics
     return int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
@@ -38,8 +52,10 @@ def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
     import arviz as az
 
     chains = idata.posterior.sizes["chain"]
-    # round_to="none": az.summary rounds r_hat to 2 decimals by default, so 1.005 would read as 1.01
-    summary = az.summary(idata, var_names=var_names, kind="diagnostics", round_to="none")
+    if chains > 1:  # round_to="none": az.summary rounds r_hat to 2 decimals by default (1.005 reads as 1.01)
+        summary = az.summary(idata, var_names=var_names, kind="diagnostics", round_to="none")
+    else:  # ESS only: az.summary's r_hat would log a shape warning; the one-chain warning below says it plainly
+        summary = _ess_table(idata, var_names)
     report = {
         "max_r_hat": float(summary["r_hat"].max()) if chains > 1 else float("nan"),
         "min_ess_bulk": float(summary["ess_bulk"].min()),

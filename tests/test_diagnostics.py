@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -40,6 +42,24 @@ def test_mcmc_report_uses_unrounded_diagnostics():
     assert report["max_r_hat"] == pytest.approx(want_rhat, rel=1e-12)
     assert report["min_ess_bulk"] == pytest.approx(want_ess, rel=1e-12)
     assert report["max_r_hat"] != round(report["max_r_hat"], 2)
+
+
+def test_one_chain_report_warns_once_in_its_own_words():
+    import arviz as az
+
+    draws = np.random.default_rng(0).normal(size=(1, 300, 2))
+    idata = az.from_dict(posterior={"a": draws})
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="only one chain"):
+        report = mcmc_report(idata)
+    assert math.isnan(report["max_r_hat"])
+    assert report["min_ess_bulk"] == pytest.approx(float(az.ess(idata, method="bulk")["a"].min()), rel=1e-12)
+    assert report["min_ess_tail"] == pytest.approx(float(az.ess(idata, method="tail")["a"].min()), rel=1e-12)
+    # and no "Shape validation failed" from ArviZ's r_hat (its logger prints a message once per process: a fresh one)
+    code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.diagnostics import mcmc_report; "
+            "warnings.simplefilter('ignore'); "
+            "mcmc_report(az.from_dict(posterior={'a': np.random.default_rng(0).normal(size=(1, 300))}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Shape validation" not in run.stderr + run.stdout
 
 
 def test_svi_report_flags_nan_and_unsettled_losses():
