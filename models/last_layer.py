@@ -19,8 +19,9 @@ they are either
   makes one: it fits a MAP ``bnn-regressor`` on the data and keeps its hidden layers, dropping its output
   layer, which the Bayesian last layer replaces.  From the command line, pass the ``--out`` directory of
   such a fit: ``pyro-bdl fit bnn-regressor --inference map --out net`` then
-  ``pyro-bdl fit last-layer --option feature_weights=net`` (:func:`feature_map_of`).  ``hidden`` and ``activation`` then come from the weights
-  (giving different ones is an error) and ``feature_seed``, ``feature_scale`` are unused.
+  ``pyro-bdl fit last-layer --option feature_weights=net`` (:func:`feature_map_of`).  ``hidden`` and
+  ``activation`` then come from the weights (giving different ones is an error) and ``feature_seed``,
+  ``feature_scale`` are unused.
 
 Either way :math:`\phi` is a function of ``(options, X)`` alone, as a zoo model must be: predictions call
 ``model(X_new)``, and :func:`pyro_bdl.store.load_fit` rebuilds the model from the JSON options with
@@ -141,13 +142,10 @@ def feature_map_of(net) -> dict:
     if name != "bnn-regressor" or not net.point_estimate:
         raise ValueError(f"a trained feature map comes from a map or mle fit of bnn-regressor; this fit is "
                          f"{name or 'a user model'} with {net.method}")
-    defaults = get_model("bnn-regressor").options
-    options = net.info.get("options", {})
-    widths = _widths(options.get("hidden", defaults["hidden"].default))
-    activation = options.get("activation", defaults["activation"].default)
-    layers = [{"weight": net.posterior_mean(f"layer{i}.weight").double().tolist(),
-               "bias": net.posterior_mean(f"layer{i}.bias").double().tolist()} for i in range(len(widths))]
-    return {"activation": activation, "layers": layers}
+    options = net.info["options"]  # a zoo fit's options, defaults filled in
+    layers = [{"weight": net.posterior_mean(f"layer{i}.weight").tolist(),
+               "bias": net.posterior_mean(f"layer{i}.bias").tolist()} for i in range(len(_widths(options["hidden"])))]
+    return {"activation": options["activation"], "layers": layers}
 
 
 @functools.lru_cache(maxsize=64)
@@ -482,8 +480,7 @@ SPEC = register(
             "drawn once from feature_seed (t = feature_scale, widths hidden, default 50, activation default "
             "tanh), or given/trained: option feature_weights (a JSON file or dict of the layers, e.g. from "
             "pyro_bdl.models.last_layer.train_feature_map, the hidden layers of a MAP bnn-regressor, or the --out "
-            "directory of such a fit; saved "
-            "with the fit). The posterior of (w, b) is Gaussian with covariance (Phi^T Phi / sigma^2 + I/s^2)^-1 "
+            "directory of such a fit; saved with the fit). The posterior of (w, b) is Gaussian with covariance (Phi^T Phi / sigma^2 + I/s^2)^-1 "
             "and mean Sigma Phi^T y / sigma^2 where Phi = [phi(X), 1]; MAP equals that mean. Inputs and targets "
             "are standardised on the training data; predictions are in the original units."
         ),

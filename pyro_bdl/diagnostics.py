@@ -29,15 +29,16 @@ class ConvergenceWarning(UserWarning):
 
 
 def _ess_table(idata, var_names=None) -> pd.DataFrame:
-    """Bulk and tail ESS per scalar, rows named as az.summary names them (``w[3]``)."""
+    """Bulk and tail ESS per scalar, rows named as az.summary names them (``w``, ``w[3]``, ``w[0, 2]``)."""
     import arviz as az
 
     columns = {}
     for method in ("bulk", "tail"):
         rows = {}
         for name, values in az.ess(idata, var_names=var_names, method=method).data_vars.items():
-            flat = np.asarray(values.values, dtype=float).reshape(-1)
-            rows.update({name: flat[0]} if values.ndim == 0 else {f"{name}[{j}]": v for j, v in enumerate(flat)})
+            array = np.asarray(values.values, dtype=float)
+            for index in np.ndindex(array.shape):
+                rows[f"{name}[{', '.join(map(str, index))}]" if index else name] = float(array[index])
         columns[f"ess_{method}"] = rows
     return pd.DataFrame(columns)
 

@@ -83,7 +83,7 @@ def test_compiled_elbo_equals_the_eager_one_at_the_same_draws(kind, batch_size, 
 
 
 @pytest.mark.parametrize("kind", ["regressor", "classifier"])
-@pytest.mark.parametrize("eager,compiled,particles", ELBO_PAIRS[:2])
+@pytest.mark.parametrize("eager,compiled,particles", [p for p in ELBO_PAIRS if p[0] is Trace_ELBO])  # mean field: below
 def test_compiled_elbo_equals_the_eager_one_with_local_reparameterisation(kind, eager, compiled, particles):
     model, guide, data = _problem(kind)
     data["batch_size"] = 16

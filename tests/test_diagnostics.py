@@ -8,13 +8,14 @@ import sys
 import warnings
 
 import numpy as np
+import pandas as pd
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.diagnostics import importance_report, mcmc_report, svi_report
+from pyro_bdl.diagnostics import _ess_table, importance_report, mcmc_report, svi_report
 
 
 def test_short_mcmc_run_warns_with_the_failing_diagnostic():
@@ -47,13 +48,20 @@ def test_mcmc_report_uses_unrounded_diagnostics():
 def test_one_chain_report_warns_once_in_its_own_words():
     import arviz as az
 
-    draws = np.random.default_rng(0).normal(size=(1, 300, 2))
-    idata = az.from_dict(posterior={"a": draws})
-    with pytest.warns(pyro_bdl.ConvergenceWarning, match="only one chain"):
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(posterior={"a": rng.normal(size=(1, 300)), "w": rng.normal(size=(1, 300, 2, 3))})
+    with pytest.warns(pyro_bdl.ConvergenceWarning) as caught:
         report = mcmc_report(idata)
+    assert [str(w.message) for w in caught] == ["MCMC diagnostics: only one chain: r_hat cannot be checked (use chains >= 2)"]
     assert math.isnan(report["max_r_hat"])
-    assert report["min_ess_bulk"] == pytest.approx(float(az.ess(idata, method="bulk")["a"].min()), rel=1e-12)
-    assert report["min_ess_tail"] == pytest.approx(float(az.ess(idata, method="tail")["a"].min()), rel=1e-12)
+    for method in ("bulk", "tail"):
+        ess = az.ess(idata, method=method)
+        assert report[f"min_ess_{method}"] == pytest.approx(min(float(ess[v].min()) for v in ("a", "w")), rel=1e-12)
+    # the same rows, named alike, as az.summary's ESS columns (which it computes the same way)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = az.summary(idata, kind="diagnostics", round_to="none")[["ess_bulk", "ess_tail"]]
+    pd.testing.assert_frame_equal(_ess_table(idata), want, check_exact=False, rtol=1e-12)
     # and no "Shape validation failed" from ArviZ's r_hat (its logger prints a message once per process: a fresh one)
     code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.diagnostics import mcmc_report; "
             "warnings.simplefilter('ignore'); "
