@@ -87,20 +87,12 @@ SPEC = register(
         name="blr",
         model=blr,
         summary="Bayesian linear regression y ~ N(Xw + b, sigma^2) (exact posterior for known noise)",
-        math=(
-            "Bayesian linear regression: w ~ N(0, s^2 I), b ~ N(0, s^2), and y_i ~ N(x_i^T w + b, sigma^2) "
-            "independently. The noise sigma is either fixed (option noise) or given a HalfNormal(1) prior. "
-            "For fixed noise the posterior of (w, b) is Gaussian with covariance (Phi^T Phi / sigma^2 + I/s^2)^-1 "
-            "and mean Sigma Phi^T y / sigma^2 where Phi = [X, 1]; MAP is ridge regression with "
-            "lambda = sigma^2/s^2 and MLE is least squares."
-        ),
         options={
             "prior_scale": Option(1.0, "prior standard deviation s of w and b"),
             "noise": Option(None, "fixed noise sd sigma; omit (or 'none') to infer sigma ~ HalfNormal(1)", _parse_noise),
         },
-        sites=("w", "b", "sigma"),
-        methods=("svi", "svi-meanfield", "bbvi", "nuts", "hmc", "metropolis", "importance", "map", "mle"),
         default_data="linear",
+        traits=frozenset({"continuous", "low-dimensional"}),
         check_data=check_has_features,
         exact_posterior=exact_posterior,
     )

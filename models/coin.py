@@ -38,20 +38,23 @@ from pyro_bdl.registry import ModelSpec, Option, register
 __all__ = ["coin", "beta_guide", "exact_posterior", "posterior_beta", "next_toss_probability"]
 
 
-def coin(X: torch.Tensor, y: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0):
-    """Beta-Bernoulli coin. ``X``: (n, 0), used only for the number of tosses n; ``y``: (n,) of 0/1."""
+def coin(y: torch.Tensor | None = None, n: int | None = None, alpha: float = 1.0, beta: float = 1.0):
+    """Beta-Bernoulli coin. ``y``: (n,) tosses, 0 or 1; or None with ``n``, the number of tosses to simulate."""
+    n = len(y) if y is not None else n
+    if n is None:
+        raise ValueError("coin needs the tosses y or their number n")
     # pi ~ Beta(alpha, beta)
-    pi = pyro.sample("pi", dist.Beta(X.new_tensor(alpha), X.new_tensor(beta)))
+    pi = pyro.sample("pi", dist.Beta(torch.tensor(float(alpha)), torch.tensor(float(beta))))
     # y_i ~ Bernoulli(pi)
-    with pyro.plate("tosses", X.shape[0]):
+    with pyro.plate("tosses", n):
         return pyro.sample("y", dist.Bernoulli(pi), obs=y)
 
 
-def beta_guide(X: torch.Tensor, y: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0):
+def beta_guide(y: torch.Tensor | None = None, n: int | None = None, alpha: float = 1.0, beta: float = 1.0):
     """Variational family q(pi) = Beta(a, b): it contains the exact posterior, and its KL to the
     Beta prior is analytic (so ``svi-meanfield`` needs no sampled KL)."""
-    a = pyro.param("coin.a", X.new_tensor(1.0), constraint=constraints.positive)
-    b = pyro.param("coin.b", X.new_tensor(1.0), constraint=constraints.positive)
+    a = pyro.param("coin.a", torch.tensor(1.0), constraint=constraints.positive)
+    b = pyro.param("coin.b", torch.tensor(1.0), constraint=constraints.positive)
     return pyro.sample("pi", dist.Beta(a, b))
 
 
@@ -61,7 +64,7 @@ def posterior_beta(y: torch.Tensor, alpha: float = 1.0, beta: float = 1.0) -> di
     return dist.Beta(torch.tensor(alpha + k, dtype=torch.float64), torch.tensor(beta + n - k, dtype=torch.float64))
 
 
-def exact_posterior(X, y, alpha: float = 1.0, beta: float = 1.0) -> dict:
+def exact_posterior(y, n=None, alpha: float = 1.0, beta: float = 1.0) -> dict:
     """``{"pi": (mean, sd)}`` of the exact posterior."""
     post = posterior_beta(y, alpha, beta)
     return {"pi": (post.mean, post.variance.sqrt())}
@@ -95,20 +98,14 @@ SPEC = register(
         name="coin",
         model=coin,
         summary="Beta-Bernoulli coin pi ~ Beta(alpha, beta) (exact posterior)",
-        math=(
-            "Beta-Bernoulli coin: pi ~ Beta(alpha, beta) and each toss y_i ~ Bernoulli(pi). The posterior is "
-            "Beta(alpha + k, beta + n - k) for k heads in n tosses, and the probability that the next toss is "
-            "heads is (alpha + k)/(alpha + beta + n), Laplace's rule of succession (k+1)/(n+2) for the uniform "
-            "prior. The MLE is k/n and the MAP (alpha + k - 1)/(alpha + beta + n - 2)."
-        ),
         options={
             "alpha": Option(1.0, "prior pseudo-count of heads"),
             "beta": Option(1.0, "prior pseudo-count of tails"),
         },
-        sites=("pi",),
-        methods=("svi", "svi-meanfield", "bbvi", "nuts", "hmc", "metropolis", "importance", "map", "mle"),
         default_data="coin",
-        uses_features=False,
+        traits=frozenset({"continuous", "low-dimensional"}),
+        features=None,
+        size="n",
         check_data=check_binary,
         exact_posterior=exact_posterior,
         report=_report,

@@ -31,10 +31,12 @@ def to_inference_data(result) -> az.InferenceData:
     """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`."""
     pred = result.training_predictive
     posterior = {k: v.detach().double().numpy() for k, v in result.samples.items()}
-    constant = {
+    observed = [np.asarray(v) for v in pred.observed.values()]
+    constant = {  # the model's other tensor arguments (features): not the observed values again
         k: v.numpy()
         for k, v in result.data.items()
-        if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0 and k != "y"
+        if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0
+        and not any(v.shape == o.shape and np.array_equal(v.numpy(), o) for o in observed)
     }
     info = result.info
     attrs = {

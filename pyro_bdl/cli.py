@@ -48,7 +48,7 @@ def _cmd_describe(args) -> None:
     print("Options (--option KEY=VALUE):")
     for key, opt in spec.options.items():
         print(f"  {key} = {opt.default!r}: {opt.doc}")
-    print(f"\nSample sites: {', '.join(spec.sites)}")
+    print(f"\nSample sites (default options): {', '.join(spec.sites())}")
     if spec.guides:
         print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
               "(the generic normal, mvn and meanfield work too)")
@@ -88,6 +88,7 @@ def parse_key_values(pairs, flag: str = "--option") -> dict:
 def _cmd_fit(args) -> None:
     from . import fit
     from .data import load
+    from .diagnostics import DIAGNOSTIC_KEYS
     from .evaluate import evaluate_fit
     from .registry import get_model
     from .store import write_fit
@@ -124,8 +125,8 @@ def _cmd_fit(args) -> None:
     files = write_fit(result, args.out, test)
     summary = result.summary()
     print(summary.head(12).to_string() + (f"\n... {len(summary) - 12} more rows in summary.csv" if len(summary) > 12 else ""))
-    extra = {k: result.info[k] for k in ("final_elbo", "max_r_hat", "min_ess_bulk", "divergences",
-                                          "importance_ess", "p_next_heads", "p_next_heads_exact") if k in result.info}
+    extra = {k: result.info[k] for k in DIAGNOSTIC_KEYS if k in result.info}
+    extra.update(result.report)  # what the model reports of itself
     extra.update({f"test_{k}" if not k.startswith("test") else k: v
                   for k, v in result.info.get("heldout", {}).items() if k != "fraction"})
     if extra:

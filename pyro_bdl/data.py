@@ -43,7 +43,7 @@ class Dataset:
         return int(self.X.shape[0])
 
     def model_kwargs(self) -> dict:
-        """Keyword arguments for a zoo model: ``{"X": X, "y": y}``."""
+        """Keyword arguments for a model over ``X`` and ``y``: ``{"X": X, "y": y}``."""
         return {"X": self.X, "y": self.y}
 
     def to_frame(self) -> pd.DataFrame:
@@ -225,8 +225,9 @@ def nan_check_kwargs(kwargs: dict) -> None:
             raise DataError(f"argument '{key}' is {value}")
 
 
-def as_model_kwargs(data, uses_features: bool = True) -> dict:
-    """Model keyword arguments from a :class:`Dataset`, a dict of arguments, or a tensor ``X``."""
+def as_model_kwargs(data) -> dict:
+    """A user model's keyword arguments from a :class:`Dataset` (``X``, ``y``), a dict of arguments, or a
+    tensor ``X``.  (A zoo model names its own: :meth:`pyro_bdl.registry.ModelSpec.data_kwargs`.)"""
     if isinstance(data, Dataset):
         kwargs = data.model_kwargs()
     elif isinstance(data, dict):
@@ -235,6 +236,4 @@ def as_model_kwargs(data, uses_features: bool = True) -> dict:
         kwargs = {"X": data}
     else:
         raise TypeError(f"data must be a Dataset, a dict of model arguments or a tensor, not {type(data).__name__}")
-    if not uses_features and "X" in kwargs:
-        kwargs["X"] = kwargs["X"][:, :0]
     return kwargs

@@ -20,6 +20,9 @@ import pandas as pd
 
 __all__ = ["ConvergenceWarning", "mcmc_report", "svi_report", "importance_report", "compare_methods", "compare_loo"]
 
+#: The diagnostics a fit records in ``info`` that a user reads first (printed by ``pyro-bdl fit``).
+DIAGNOSTIC_KEYS = ("final_elbo", "max_r_hat", "min_ess_bulk", "divergences", "importance_ess")
+
 RHAT_MAX = 1.01
 ESS_PER_CHAIN_MIN = 100
 

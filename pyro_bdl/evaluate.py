@@ -44,9 +44,6 @@ def evaluate_fit(result, test) -> dict:
         raise ValueError("held-out evaluation needs a Gaussian or Categorical likelihood")
     mu = pred.mean[site].reshape(-1, len(y))
     sigma = np.sqrt(pred.variance[site].reshape(mu.shape))
-    if result.standardizer is not None:  # back to the original units of y
-        mu = mu * result.standardizer.y_sd + result.standardizer.y_mean
-        sigma = sigma * result.standardizer.y_sd
     table = regression_summary(mu, sigma, 0.94)
     out.update(rmse=rmse(table["mean"].to_numpy(), y), test_ll=float(gaussian_tlpd(mu, sigma, y).mean()),
                coverage_94=float(np.mean((y >= table["lower"].to_numpy()) & (y <= table["upper"].to_numpy()))))

@@ -15,23 +15,33 @@ import torch
 from .checkpoint import Checkpoint, fingerprint
 from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
 from .diagnostics import importance_report, mcmc_report, svi_report
-from .inference import get_method, latent_sites, observed_sites
-from .registry import ModelSpec, get_model, takes_minibatches
+from .inference import latent_sites, model_params, observed_sites
+from .registry import ModelSpec, get_model, resolve, takes_minibatches
 from .result import FitResult
+from .transforms import StandardizedModel, Standardizer
 
 __all__ = ["fit"]
 
 
 @dataclass
 class _Prepared:
-    """A model ready to fit: its spec (None for a user's model), the bound model and its arguments."""
+    """A model ready to fit: its spec (None for a user's model), the bound model and the arguments the runner
+    gives it, and what the fit answers with: ``data`` in the data's units and ``wrap``, which turns the bound
+    model into the model of those data (the standardising transform, or nothing)."""
 
     spec: ModelSpec | None
     model: Callable
     kwargs: dict
     dataset: Dataset | None = None
     options: dict = field(default_factory=dict)
-    standardizer: object = None
+    standardizer: Standardizer | None = None
+    data: dict | None = None
+
+    def answer_model(self, observed: list[str]) -> Callable:
+        """The model the fit result predicts with: data in their own units (:class:`StandardizedModel`)."""
+        if self.standardizer is None:
+            return self.model
+        return StandardizedModel(self.model, self.standardizer, self.spec.features, self.spec.target, observed)
 
 
 def _prepare(model, data, target, options) -> _Prepared:
@@ -41,26 +51,23 @@ def _prepare(model, data, target, options) -> _Prepared:
             data = spec.default_data
         dataset = load(data, target) if isinstance(data, str) else data
         if not isinstance(dataset, Dataset):
-            kwargs = as_model_kwargs(dataset, spec.uses_features)
+            kwargs = as_model_kwargs(dataset)
             return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
-        if dataset.y is None:
-            raise DataError(f"{dataset.name}: no target column to fit on")
+        if spec.target is not None and dataset.y is None:
+            raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
         if spec.check_data is not None:
             spec.check_data(dataset)
         resolved = spec.resolve_options(options)
         if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
             resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})
-        standardizer = None
-        if spec.standardize:
-            from .datasets import Standardizer
-
-            regression = spec.task == "regression"
-            standardizer = Standardizer.fit(dataset.X, dataset.y if regression else None)
-            dataset = Dataset(dataset.name, standardizer.transform_X(dataset.X),
-                              standardizer.transform_y(dataset.y) if regression else dataset.y,
-                              dataset.feature_names, dataset.target_name)
-        kwargs = as_model_kwargs(dataset, spec.uses_features)
-        return _Prepared(spec, spec.bind(resolved), kwargs, dataset, resolved, standardizer)
+        original = spec.data_kwargs(dataset)
+        if not spec.standardize:
+            return _Prepared(spec, spec.bind(resolved), original, dataset, resolved)
+        regression = spec.task == "regression" and dataset.y is not None
+        standardizer = Standardizer.fit(dataset.X, dataset.y if regression else None)
+        inner = StandardizedModel(None, standardizer, spec.features, spec.target)
+        return _Prepared(spec, spec.bind(resolved), inner.standardize(original), dataset, resolved, standardizer,
+                         original)
     if not callable(model):
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     if options:
@@ -122,18 +129,11 @@ def fit(
     >>> abs(float(result.posterior_mean("mu")) - float(y.mean())) < 0.05
     True
     """
-    method = get_method(inference)
-    if guide is not None and not method.takes_guide:
-        raise ValueError(f"inference '{inference}' takes no guide")
+    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    plan = resolve(spec, inference, guide, settings)
+    method, resolved = plan.method, dict(plan.settings)
     prepared = _prepare(model, data, target, options)
-    spec, bound, kwargs, dataset = prepared.spec, prepared.model, prepared.kwargs, prepared.dataset
-    if spec is not None and inference not in spec.methods:
-        raise ValueError(f"model '{spec.name}' does not support inference '{inference}'; it supports: {', '.join(spec.methods)}")
-    given = {k: v for k, v in settings.items() if v is not None}
-    # the model's settings for a method go with the method's default guide (given or by name)
-    default_guide = spec is not None and (guide is None or guide == spec.default_guides.get(inference))
-    model_defaults = spec.method_defaults.get(inference, {}) if default_guide else {}
-    resolved = method.resolve_settings({**model_defaults, **given})
+    bound, kwargs, dataset = prepared.model, prepared.kwargs, prepared.dataset
     _check_minibatch(resolved, bound, dataset, spec.name if spec is not None else None)
     nan_check_kwargs(kwargs)
 
@@ -147,13 +147,7 @@ def fit(
 
     start = time.perf_counter()
     guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__", type(guide).__name__)
-    if spec is not None and method.takes_guide:
-        guide = _model_guide(spec, inference, guide, bound)
-    extra = {"guide": guide} if method.takes_guide else {}
-    if spec is not None and spec.init_loc_fn is not None and method.family in ("svi", "point", "ensemble"):
-        extra["init_loc_fn"] = spec.init_loc_fn
-    if spec is not None:
-        extra.update(spec.method_kwargs.get(inference, {}))
+    extra = plan.runner_kwargs(spec, bound)
     saver = None
     if checkpoint is not None and method.resumable:
         saver = Checkpoint(checkpoint, fingerprint(
@@ -175,16 +169,20 @@ def fit(
         **draws.info,
     }
     if dataset is not None:
-        info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.uses_features else [],
+        info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.features else [],
                     target=dataset.target_name, rows=len(dataset))
+    local = set(spec.local_latents) if spec is not None else set()
     result = FitResult(
-        model=bound, data=kwargs, method=inference, samples=draws.samples, likelihood_sites=obs,
+        model=prepared.answer_model(obs), data=prepared.data if prepared.data is not None else kwargs,
+        method=inference, likelihood_sites=obs,
+        samples={k: v for k, v in draws.samples.items() if k not in local},
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
-        standardizer=prepared.standardizer,
+        standardizer=prepared.standardizer, params=model_params(bound, kwargs),
     )
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:
-        info.update(spec.report(result))
+        result.report = spec.report(result)
+        info.update(result.report)
     if saver is not None:
         saver.clear()
     return result
@@ -203,15 +201,6 @@ def _check_minibatch(resolved: dict, bound, dataset, name: str | None = None) ->
                          f"leave batch_size unset")
     if dataset is not None and size >= len(dataset):
         resolved["batch_size"] = None
-
-
-def _model_guide(spec: ModelSpec, inference: str, guide, bound):
-    """A zoo model's own guide when named (or the model's default for this method), else ``guide``."""
-    if guide is None:
-        guide = spec.default_guides.get(inference)
-    if isinstance(guide, str) and guide in spec.guides:
-        return spec.guides[guide](bound)
-    return guide
 
 
 def _diagnose(result: FitResult, family: str) -> None:

@@ -81,12 +81,9 @@ def draw_predictive_band(result, ax=None, test=None, grid=None, legend: bool = T
     """
     import torch
 
-    train_x = result.data["X"][:, 0]
-    train_y = result.data["y"]
-    if result.standardizer is not None:
-        st = result.standardizer
-        train_x = train_x * float(st.x_sd[0]) + float(st.x_mean[0])
-        train_y = st.inverse_y_mean(train_y)
+    features, target = result.spec.features, result.spec.target
+    train_x = result.data[features][:, 0]
+    train_y = result.data[target]
     if grid is None:
         lo, hi = float(train_x.min()), float(train_x.max())
         pad = 0.25 * (hi - lo)
@@ -122,8 +119,10 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
     """Write ``loss.png`` (optimisers) or ``trace.png`` (samplers) and ``posterior.png``; with held-out
     data also ``predictive.png`` (1-D regression) or ``reliability.png`` (classification)."""
     written = []
-    if result.task == "regression" and result.data.get("X") is not None and result.data["X"].shape[-1] == 1 \
-            and result.spec is not None:
+    spec = result.spec
+    features = spec.features if spec is not None else None
+    if result.task == "regression" and features is not None and spec.target is not None \
+            and result.data[features].shape[-1] == 1:
         plot_predictive_band(result, test, out / "predictive.png")
         written.append("predictive.png")
     if result.task == "classification" and test is not None:

@@ -1,9 +1,13 @@
 """The model registry: the one place that knows every model of the zoo.
 
-A zoo model is a Pyro model function ``model(X, y=None, **options)`` where ``X`` has shape
-``(n, d)`` and ``y`` shape ``(n,)``.  Its :class:`ModelSpec` declares the options (with
-defaults), the sample sites, the inference methods that suit it and, for conjugate models,
-the exact posterior.
+A zoo model is a Pyro program over named data, ``model(**data, **options)``, as NumPyro's and Pyro's
+examples write them: the observed values are arguments that may be None (then the program simulates).
+Its :class:`ModelSpec` declares which argument takes a data table's feature columns (``features``,
+e.g. ``X`` of shape (n, d); None for a model without inputs), which takes the target column
+(``target``, e.g. ``y`` of shape (n,); None for an unsupervised model), the options (with
+defaults), its latent variables that are local to a data point, and what the model is (``traits``),
+from which the inference methods that suit it follow (:attr:`ModelSpec.methods`).  Its math is the
+model module's docstring, and its sample sites are read from a trace.
 
 Example
 -------
@@ -11,16 +15,22 @@ Example
 >>> spec = get_model("coin")
 >>> spec.resolve_options({"alpha": "2"})
 {'alpha': 2.0, 'beta': 1.0}
+>>> "bbvi" in spec.methods, spec.target
+(True, 'y')
+>>> plan = resolve(spec, "svi-meanfield")
+>>> plan.guide, plan.settings["steps"]
+('beta', 3000)
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-__all__ = ["Option", "ModelSpec", "register", "get_model", "list_models", "takes_minibatches"]
+__all__ = ["Option", "ModelSpec", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
 
 def takes_minibatches(model: Callable) -> bool:
@@ -54,16 +64,20 @@ class ModelSpec:
     Attributes
     ----------
     name : registry name (``pyro-bdl fit NAME``).
-    model : the Pyro model, ``model(X, y=None, **options)``.
+    model : the Pyro program, ``model(**data, **options)``; its module's docstring is its math.
     summary : one line for ``pyro-bdl list``.
-    math : one paragraph of the model's math for ``pyro-bdl describe``.
     options : option name -> :class:`Option`.
-    sites : names of the latent sample sites.
-    methods : the inference methods that suit the model.
     default_data : name of the embedded data set used when none is given.
-    uses_features : False when the model ignores ``X`` except for its length (the coin).
+    traits : what the model is, matched against each method's ``requires``
+        (:class:`pyro_bdl.inference.Method`): ``continuous`` (every latent continuous),
+        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`).
+    features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
+    target : the argument that takes the target column, (n,); None: an unsupervised model.
+    size : the argument that takes the number of rows, for a model without ``features`` (the coin).
+    local_latents : latent sites with one value per data point (a VAE's z): summarised by the fit, not
+        kept as posterior draws nor sent to ArviZ.
     check_data : raises :class:`pyro_bdl.data.DataError` for data the model cannot take.
-    exact_posterior : for conjugate models, ``(X, y, **options) -> {site: (mean, sd)}``.
+    exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
     report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
     guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
         ``fit(..., guide=NAME)`` next to the generic ones.
@@ -86,12 +100,13 @@ class ModelSpec:
     name: str
     model: Callable
     summary: str
-    math: str
     options: Mapping[str, Option]
-    sites: tuple[str, ...]
-    methods: tuple[str, ...]
     default_data: str
-    uses_features: bool = True
+    traits: frozenset = frozenset({"continuous"})
+    features: str | None = "X"
+    target: str | None = "y"
+    size: str | None = None
+    local_latents: tuple[str, ...] = ()
     check_data: Callable | None = None
     exact_posterior: Callable | None = None
     report: Callable | None = None
@@ -104,6 +119,43 @@ class ModelSpec:
     init_loc_fn: Callable | None = None
     method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     notes: str = ""
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The inference methods that suit the model: those whose ``requires`` its traits meet."""
+        from .inference import METHODS
+
+        return tuple(name for name, method in METHODS.items() if method.suits(self.traits))
+
+    @property
+    def math(self) -> str:
+        """The model's math: its module's docstring, up to its example."""
+        doc = inspect.getdoc(sys.modules[self.model.__module__]) or ""
+        return doc.split("\nExample\n-------")[0].strip()
+
+    def data_kwargs(self, dataset) -> dict:
+        """The model's data arguments from a :class:`~pyro_bdl.data.Dataset`: its features, target and size
+        under the names the model gives them."""
+        kwargs = {}
+        if self.features is not None:
+            kwargs[self.features] = dataset.X
+        if self.target is not None:
+            kwargs[self.target] = dataset.y
+        if self.size is not None:
+            kwargs[self.size] = len(dataset)
+        return kwargs
+
+    def sites(self, options: Mapping[str, Any] | None = None) -> list[str]:
+        """The latent sample sites with these options, read from a trace on the default data."""
+        from .data import load
+        from .inference import latent_sites
+
+        dataset = load(self.default_data)
+        resolved = self.resolve_options(options)
+        if self.infer_options is not None:
+            resolved.update({k: v for k, v in self.infer_options(dataset).items() if resolved.get(k) is None})
+        return [s for s in latent_sites(functools.partial(self.model, **resolved), self.data_kwargs(dataset))
+                if s not in self.local_latents]
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""
@@ -142,13 +194,69 @@ _REGISTRY: dict[str, ModelSpec] = {}
 
 def register(spec: ModelSpec) -> ModelSpec:
     """Add a model to the zoo (called at import time by each file in ``models/``)."""
-    from .inference import METHODS
-
-    bad = [m for m in spec.methods if m not in METHODS]
-    if bad:
-        raise ValueError(f"model '{spec.name}' declares unknown inference methods {bad}")
+    if spec.features is None and spec.size is None and spec.target is None:
+        raise ValueError(f"model '{spec.name}' takes no data argument (features, target or size)")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a fit will run, resolved before anything runs (:func:`resolve`).
+
+    Attributes
+    ----------
+    method : the :class:`~pyro_bdl.inference.Method`.
+    guide : the guide as asked for, or the model's default for the method (a name, a class, a
+        callable, or None: the method's own default).
+    settings : every setting of the method, typed (counts are ints, flags bools), defaults filled in.
+    """
+
+    method: Any
+    guide: Any
+    settings: dict
+
+    def runner_kwargs(self, spec: ModelSpec | None, bound: Callable) -> dict:
+        """The keyword arguments the runner takes besides the data and the settings."""
+        extra = {}
+        guide = self.guide
+        if self.method.takes_guide:
+            if spec is not None and isinstance(guide, str) and guide in spec.guides:
+                guide = spec.guides[guide](bound)
+            extra["guide"] = guide
+        if spec is not None:
+            if spec.init_loc_fn is not None and self.method.takes_init:
+                extra["init_loc_fn"] = spec.init_loc_fn
+            extra.update(spec.method_kwargs.get(self.method.name, {}))
+        return extra
+
+
+def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mapping[str, Any] | None = None) -> Plan:
+    """The method, guide and typed settings a fit of ``spec`` (None: a user's model) will use.
+
+    A pure function: nothing is fitted.  The model's own settings for a method (``method_defaults``) go
+    with the method's default guide (given or by name); the user's settings win over both.  Errors name
+    the problem: an unknown method, a method that does not suit the model, a guide for a method that
+    takes none, an unknown setting or a value outside a setting's domain.
+    """
+    from .inference import get_method
+
+    method = get_method(inference)
+    if guide is not None and not method.takes_guide:
+        raise ValueError(f"inference '{inference}' takes no guide")
+    if spec is not None and not method.suits(spec.traits):
+        missing = ", ".join(sorted(method.requires - spec.traits))
+        raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it needs a model that is "
+                         f"{missing}); it supports: {', '.join(spec.methods)}")
+    given = {k: v for k, v in (settings or {}).items() if v is not None}
+    model_defaults = {}
+    if spec is not None:
+        default_guide = spec.default_guides.get(inference)
+        if guide is None or guide == default_guide:
+            model_defaults = spec.method_defaults.get(inference, {})
+        if guide is None:
+            guide = default_guide
+    return Plan(method, guide, method.resolve_settings({**model_defaults, **given}))
 
 
 def _load_zoo() -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import pyro
 import torch
+from torch.distributions import constraints
 
-from .data import as_model_kwargs
+from .data import Dataset, as_model_kwargs
 from .predictive import PredictiveDraws, evaluate, summarise
 
 __all__ = ["FitResult"]
@@ -23,7 +26,7 @@ class FitResult:
     Attributes
     ----------
     model : the Pyro model with its options bound.
-    data : keyword arguments the model was fitted on (``{"X": ..., "y": ...}`` for zoo models).
+    data : keyword arguments the model was fitted on (for zoo models, named as its spec names them).
     method : name of the inference method.
     samples : site -> tensor (chains, draws, *site_shape); point estimates are one draw.
     sample_stats : per-draw statistics, arrays (chains, draws).
@@ -32,9 +35,13 @@ class FitResult:
     info : model name, options, seed, wall seconds, diagnostics; written to metrics.json.
     guide : the fitted guide (SVI-type methods).
     spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
-    standardizer : the transform fitted on the training data (zoo models with
-        ``standardize``); ``data`` and ``samples`` live in standardised units, predictions are
-        answered in the original ones.
+    standardizer : the transform fitted on the training data (zoo models with ``standardize``):
+        ``model`` is then a :class:`~pyro_bdl.transforms.StandardizedModel`, so ``data``, predictions and
+        the InferenceData are in the data's units, while the latent draws (weights, a noise sd) are in the
+        standardised units the network works in (:attr:`standardized_data` is what it saw).
+    params : the model's learned parameters (``pyro.param`` / ``pyro.module`` sites of the model, not
+        of the guide), name -> constrained value; saved as ``params.pt`` and restored by ``load_fit``.
+    report : what the zoo model reports of the fit (its spec's ``report``), also in ``info``.
     """
 
     model: Callable
@@ -48,6 +55,20 @@ class FitResult:
     guide: Any = None
     spec: Any = None
     standardizer: Any = None
+    params: dict = field(default_factory=dict)
+    report: dict = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def own_params(self):
+        """Run the model with the parameters it learned (``params``) in Pyro's param store, whatever
+        the store holds now (another fit's); the store is restored afterwards."""
+        if not self.params:
+            yield
+            return
+        state = {"params": {k: v.detach().clone() for k, v in self.params.items()},
+                 "constraints": {k: constraints.real for k in self.params}}
+        with pyro.get_param_store().scope(state):
+            yield
 
     @property
     def task(self) -> str:
@@ -55,8 +76,16 @@ class FitResult:
 
     @property
     def point_estimate(self) -> bool:
-        """True for MAP / MLE: ``samples`` hold a single draw, not a posterior sample."""
-        return self.method in ("map", "mle")
+        """True for a method that returns one point (MAP, MLE): ``samples`` hold a single draw."""
+        from .inference import METHODS
+
+        method = METHODS.get(self.method)
+        return method.point_estimate if method is not None else self.num_draws == 1
+
+    @property
+    def standardized_data(self) -> dict:
+        """The arguments the model saw while fitting: ``data`` standardised (or ``data`` itself)."""
+        return self.model.standardize(self.data) if hasattr(self.model, "standardize") else self.data
 
     @property
     def num_draws(self) -> int:
@@ -78,22 +107,33 @@ class FitResult:
     @cached_property
     def training_predictive(self) -> PredictiveDraws:
         """Predictive and pointwise log-likelihood on the training data (cached)."""
-        return evaluate(self.model, self.samples, self.data, self.likelihood_sites)
+        with self.own_params():
+            return evaluate(self.model, self.samples, self.data, self.likelihood_sites)
 
     def predictive(self, new_data=None) -> PredictiveDraws:
         """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
         if new_data is None:
             return self.training_predictive
-        uses_features = self.spec.uses_features if self.spec is not None else True
-        kwargs = as_model_kwargs(new_data, uses_features)
-        if self.spec is not None:
-            kwargs["y"] = None
-            if self.standardizer is not None:
-                kwargs["X"] = self.standardizer.transform_X(kwargs["X"])
-            expected = self.data["X"].shape[1]
-            if kwargs["X"].shape[1] != expected:
-                raise ValueError(f"new data has {kwargs['X'].shape[1]} feature columns; the fit used {expected}")
-        return evaluate(self.model, self.samples, kwargs, self.likelihood_sites)
+        with self.own_params():
+            return evaluate(self.model, self.samples, self.model_kwargs(new_data), self.likelihood_sites)
+
+    def model_kwargs(self, new_data) -> dict:
+        """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.Dataset` or a tensor
+        of feature rows (a zoo model's features, in the data's units), or a dict of model arguments.  The
+        target, if any, is left out (it is what is predicted)."""
+        spec = self.spec
+        if spec is None or isinstance(new_data, dict):
+            return as_model_kwargs(new_data)
+        if not isinstance(new_data, (Dataset, torch.Tensor)):
+            raise TypeError(f"new data must be a Dataset, a tensor of rows or a dict, not {type(new_data).__name__}")
+        dataset = new_data if isinstance(new_data, Dataset) else Dataset("new data", new_data, None)
+        kwargs = spec.data_kwargs(Dataset(dataset.name, dataset.X, None))
+        if spec.features is not None:
+            X = kwargs[spec.features]
+            expected = self.data[spec.features].shape[-1]
+            if X.dim() != 2 or X.shape[1] != expected:
+                raise ValueError(f"new data has {X.shape[-1] if X.dim() else 0} feature columns; the fit used {expected}")
+        return kwargs
 
     def predict(self, new_data=None, prob: float = 0.94) -> pd.DataFrame:
         """Posterior predictive summary per row: mean, sd, aleatoric_sd, epistemic_sd, lower, upper.
@@ -124,13 +164,7 @@ class FitResult:
             for key in ("pred", "entropy", "expected_entropy", "mutual_info"):
                 table[key] = summary[key]
             return table
-        table = summarise(pred, site, prob)
-        if self.standardizer is not None:  # back to the original units of y
-            back = {"mean": self.standardizer.inverse_y_mean, "lower": self.standardizer.inverse_y_mean,
-                    "upper": self.standardizer.inverse_y_mean, "sd": self.standardizer.inverse_y_sd,
-                    "aleatoric_sd": self.standardizer.inverse_y_sd, "epistemic_sd": self.standardizer.inverse_y_sd}
-            table = table.assign(**{c: f(torch.tensor(table[c].to_numpy())).double().numpy() for c, f in back.items()})
-        return table
+        return summarise(pred, site, prob)
 
     def to_inference_data(self):
         """ArviZ InferenceData (see :func:`pyro_bdl.arviz_io.to_inference_data`); cached."""

@@ -1,9 +1,10 @@
 """A fit on disk: write a fit directory atomically, and load it back.
 
 A fit directory holds ``posterior.nc`` (ArviZ InferenceData, NetCDF), ``summary.csv``
-(``az.summary``), ``metrics.json`` and the plots.  Files are written into a temporary
+(``az.summary``), ``metrics.json``, the plots and, for a model with learned parameters (``pyro.param``
+or ``pyro.module`` sites: networks, amortised guides' encoders, feature maps), ``params.pt``.  Files are written into a temporary
 directory beside the target and moved in only when all of them are complete, so a failed
-or interrupted run leaves nothing half-written.  Loading reads NetCDF and JSON only: no pickle.
+or interrupted run leaves nothing half-written.  Loading reads NetCDF, JSON and tensors (``weights_only=True``) only: no pickle.
 """
 
 from __future__ import annotations
@@ -23,16 +24,13 @@ from .arviz_io import samples_from_inference_data
 from .plots import write_plots
 from .registry import get_model
 from .result import FitResult
+from .transforms import StandardizedModel, Standardizer
 
-__all__ = ["metrics", "write_fit", "load_fit"]
+__all__ = ["metrics", "write_fit", "load_fit", "PARAMS"]
 
-_METRIC_KEYS = (
-    "model", "method", "seed", "wall_seconds", "data", "rows", "target", "options", "settings",
-    "final_elbo", "settled", "steps_run", "divergences", "max_r_hat", "min_ess_bulk", "min_ess_tail",
-    "mean_accept_prob", "importance_ess", "importance_draws", "proposal", "log_evidence",
-    "p_next_heads", "p_next_heads_exact", "heads", "tosses", "members", "dropout_p", "tau", "heldout",
-)
-
+#: The model's learned parameters (networks, feature maps) in a fit directory: a dict of tensors, read
+#: back with ``torch.load(..., weights_only=True)``.
+PARAMS = "params.pt"
 
 def _clean(value):
     if isinstance(value, dict):
@@ -49,10 +47,8 @@ def _clean(value):
 
 
 def metrics(result: FitResult) -> dict:
-    """The JSON-safe metrics of a fit (NaN becomes null)."""
-    out = {k: result.info[k] for k in _METRIC_KEYS if k in result.info}
-    out["point_estimate"] = result.point_estimate
-    return _clean(out)
+    """Every entry of the fit's ``info``, JSON-safe (NaN becomes null, other objects their repr)."""
+    return _clean({**result.info, "point_estimate": result.point_estimate})
 
 
 def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
@@ -69,7 +65,11 @@ def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
         summary = result.summary()
         summary.to_csv(tmp / "summary.csv")
         (tmp / "metrics.json").write_text(json.dumps(metrics(result), indent=2) + "\n")
-        files = ["posterior.nc", "summary.csv", "metrics.json"] + write_plots(result, idata, tmp, test)
+        files = ["posterior.nc", "summary.csv", "metrics.json"]
+        if result.params:  # learned parameters of the model (networks, feature maps): tensors only
+            torch.save({k: v.detach().cpu() for k, v in result.params.items()}, tmp / PARAMS)
+            files.append(PARAMS)
+        files += write_plots(result, idata, tmp, test)
         out_dir.mkdir(exist_ok=True)
         for name in files:
             os.replace(tmp / name, out_dir / name)
@@ -90,11 +90,17 @@ def load_fit(fit_dir: str | Path) -> FitResult:
     spec = get_model(attrs["model"])
     options = json.loads(attrs["options"])
     sites = json.loads(attrs["likelihood_sites"])
-    y = torch.tensor(idata.observed_data[sites[0]].values, dtype=torch.float32)
-    if "constant_data" in idata.groups() and "X" in idata.constant_data:
-        X = torch.tensor(idata.constant_data["X"].values, dtype=torch.float32)
-    else:
-        X = torch.zeros(len(y), 0)
+    data = {}
+    if "constant_data" in idata.groups():
+        data = {k: torch.tensor(v.values, dtype=torch.float32) for k, v in idata.constant_data.data_vars.items()}
+    observed = torch.tensor(idata.observed_data[sites[0]].values, dtype=torch.float32)
+    if spec.target is not None:
+        data[spec.target] = observed
+    if spec.size is not None:
+        data[spec.size] = len(observed)
+    params = {}
+    if (Path(fit_dir) / PARAMS).exists():
+        params = torch.load(Path(fit_dir) / PARAMS, weights_only=True)
     info = {
         "model": spec.name,
         "options": options,
@@ -102,13 +108,12 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         "feature_names": json.loads(attrs["feature_names"]),
         "target": attrs.get("target") or None,
     }
-    standardizer = None
+    model, standardizer = spec.bind(options), None
     if attrs.get("standardizer"):
-        from .datasets import Standardizer
-
         standardizer = Standardizer.from_dict(json.loads(attrs["standardizer"]))
+        model = StandardizedModel(model, standardizer, spec.features, spec.target, sites)
     return FitResult(
         standardizer=standardizer,
-        model=spec.bind(options), data={"X": X, "y": y}, method=attrs["inference"],
-        samples=samples_from_inference_data(idata), likelihood_sites=sites, info=info, spec=spec,
+        model=model, data=data, method=attrs["inference"],
+        samples=samples_from_inference_data(idata), likelihood_sites=sites, info=info, spec=spec, params=params,
     )

@@ -22,7 +22,7 @@ def coin_problem(seed: int = 1, n: int = 25) -> tuple[Dataset, dict]:
     rng = np.random.default_rng(seed)
     p = rng.uniform(0.2, 0.8)
     y = (rng.random(n) < p).astype(np.float32)
-    ds = Dataset(f"coin-{seed}", torch.zeros(n, 0), torch.tensor(y), [], "y")
+    ds = Dataset(f"coin-{seed}", torch.zeros(n, 0), torch.tensor(y), [], "y")  # no feature columns
     return ds, {"alpha": 2.0, "beta": 3.0}
 
 

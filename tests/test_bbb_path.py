@@ -22,7 +22,8 @@ import pyro_bdl
 from pyro_bdl.inference.jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import make_elbo
-from pyro_bdl.models.bnn import bbb_guide, bnn_classifier, bnn_regressor
+from pyro_bdl.models.bnn import bnn_classifier, bnn_regressor
+from pyro_bdl.networks import bbb_guide
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 
@@ -284,7 +285,7 @@ def test_local_reparameterisation_lowers_the_gradient_variance():
 def test_fit_with_local_reparameterisation():
     result = pyro_bdl.fit("bnn-classifier", "digits", inference="svi", progress=False, steps=60, samples=10,
                           batch_size=64, local_reparam="true", options={"hidden": "16"})
-    assert result.info["settings"]["local_reparam"] == "true"
+    assert result.info["settings"]["local_reparam"] is True
     assert result.losses[-1] < result.losses[0]
     with pytest.raises(ValueError, match="boolean"):
         pyro_bdl.fit("bnn-classifier", "digits", inference="svi", progress=False, steps=2, local_reparam="maybe")

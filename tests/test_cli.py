@@ -39,7 +39,7 @@ def test_list_and_describe(capsys):
         assert word in out
     assert main(["describe", "blr"]) == 0
     out = capsys.readouterr().out
-    assert "prior_scale = 1.0" in out and "Sample sites: w, b, sigma" in out and "ridge" in out
+    assert "prior_scale = 1.0" in out and "Sample sites (default options): w, b, sigma" in out and "ridge" in out
     assert "batch_size" not in out  # blr takes no minibatches: the setting is not offered
     assert main(["describe", "bnn-regressor"]) == 0
     assert "batch_size=None" in capsys.readouterr().out

@@ -46,7 +46,11 @@ def test_csv_path_needs_a_target(tmp_path):
 
 
 def test_model_kwargs_for_feature_free_models():
+    """A model without features (the coin) gets its target and the number of rows under its own names."""
+    import pyro_bdl
+
     ds = load("coin")
-    assert as_model_kwargs(ds, uses_features=False)["X"].shape == (len(ds), 0)
+    kwargs = pyro_bdl.get_model("coin").data_kwargs(ds)
+    assert set(kwargs) == {"y", "n"} and kwargs["n"] == len(ds) and kwargs["y"] is ds.y
     with pytest.raises(TypeError, match="Dataset, a dict"):
         as_model_kwargs([1, 2, 3])

@@ -15,10 +15,10 @@ import torch
 
 import pyro_bdl.datasets
 from pyro_bdl.data import EMBEDDED, DataError, load
+from pyro_bdl.transforms import Standardizer
 from pyro_bdl.datasets import (
     DIGITS_OOD_KINDS,
     SINE_GAP,
-    Standardizer,
     digits_ood,
     digits_split,
     load_uci,

@@ -137,7 +137,7 @@ def test_numeric_settings_read_text_and_refuse_what_is_not_a_number():
 
     svi = get_method("svi")
     got = svi.resolve_settings({"steps": "300", "lr": "0.05", "grad_clamp": "inf", "batch_size": "16", "jit": "true"})
-    assert (got["steps"], got["lr"], got["grad_clamp"], got["batch_size"], got["jit"]) == (300, 0.05, math.inf, 16, "true")
+    assert (got["steps"], got["lr"], got["grad_clamp"], got["batch_size"], got["jit"]) == (300, 0.05, math.inf, 16, True)
     assert isinstance(got["steps"], int) and svi.resolve_settings({"steps": 2e3})["steps"] == 2000
     for key, bad, message in [("steps", "many", "must be a number"), ("steps", 10.5, "must be a whole number"),
                               ("lr", float("nan"), "must be a number"), ("samples", True, "must be a number"),
@@ -188,17 +188,23 @@ def test_batch_size_needs_a_minibatching_model_and_caps_at_the_data():
 
 def test_model_settings_go_with_the_models_default_guide():
     """A model's method_defaults apply with its default guide, implicit or named (``--guide beta`` for the
-    coin's svi-meanfield gets the Beta guide's 3000 steps at lr 0.1), not with another guide."""
+    coin's svi-meanfield gets the Beta guide's 3000 steps at lr 0.1), not with another guide; resolved
+    without fitting anything (``resolve``), and the fit records what ``resolve`` said."""
+    from pyro_bdl.inference import get_method
+    from pyro_bdl.registry import resolve
+
     spec = pyro_bdl.get_model("coin")
     tuned = spec.method_defaults["svi-meanfield"]
     for guide in (None, spec.default_guides["svi-meanfield"]):
-        got = pyro_bdl.fit("coin", inference="svi-meanfield", guide=guide, samples=5, progress=False).info["settings"]
-        assert {k: got[k] for k in tuned} == tuned, guide
-    other = pyro_bdl.fit("coin", inference="svi-meanfield", guide="normal", samples=5, progress=False).info["settings"]
-    from pyro_bdl.inference import get_method
-
+        plan = resolve(spec, "svi-meanfield", guide)
+        assert {k: plan.settings[k] for k in tuned} == tuned, guide
+        assert plan.guide == spec.default_guides["svi-meanfield"]
+    other = resolve(spec, "svi-meanfield", "normal").settings
     method = get_method("svi-meanfield").defaults
     assert {k: other[k] for k in tuned} == {k: method[k] for k in tuned}
+    assert resolve(spec, "svi-meanfield", settings={"steps": "7"}).settings["steps"] == 7  # the user's win
+    fitted = pyro_bdl.fit("coin", inference="svi-meanfield", steps=10, samples=5, progress=False).info["settings"]
+    assert fitted == resolve(spec, "svi-meanfield", settings={"steps": 10, "samples": 5}).settings
 
 
 def test_unknown_settings_methods_and_guides_are_named():

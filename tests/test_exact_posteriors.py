@@ -43,6 +43,12 @@ RUNS_FOR = {("coin", "svi"): COIN_BETA, ("coin", "svi-meanfield"): COIN_BETA, ("
 EXACT_FAMILY_GUIDE = {"blr": "mvn", "coin": "beta"}
 
 
+def _exact(model, data, options):
+    """The model's exact posterior on ``data`` (a Dataset), ``{site: (mean, sd)}``."""
+    spec = get_model(model)
+    return spec.exact_posterior(**spec.data_kwargs(data), **options)
+
+
 def _flat(result, site):
     """Draws of a site as (chains, draws, elements) numpy."""
     value = result.samples[site].double().numpy()
@@ -65,7 +71,7 @@ def _fit(model, method):
     guide = EXACT_FAMILY_GUIDE[model] if method == "svi" else None
     result = pyro_bdl.fit(model, data, inference=method, guide=guide, options=options, seed=0,
                           progress=False, **RUNS_FOR.get((model, method), RUNS[method]))
-    exact = get_model(model).exact_posterior(data.X, data.y, **options)
+    exact = _exact(model, data, options)
     return result, exact
 
 
@@ -110,7 +116,7 @@ def test_meanfield_underestimates_correlated_sd():
     data.X = X
     result = pyro_bdl.fit("blr", data, inference="svi-meanfield", options=options, progress=False,
                           **RUNS["svi-meanfield"])
-    exact = get_model("blr").exact_posterior(X, data.y, **options)
+    exact = _exact("blr", data, options)
     est = result.posterior_sd("w").numpy()
     sd = exact["w"][1].numpy()
     assert np.all(est < sd * (1 - K / np.sqrt(2 * 4000)))
@@ -122,7 +128,7 @@ def test_bbvi_recovers_exact_mean(model):
     """Score-function VI with the method's default (long) settings: means within MC error."""
     data, options = PROBLEMS[model]()
     result = pyro_bdl.fit(model, data, inference="bbvi", options=options, progress=False, samples=4000)
-    exact = get_model(model).exact_posterior(data.X, data.y, **options)
+    exact = _exact(model, data, options)
     _check_means(result, exact)
 
 
@@ -133,6 +139,6 @@ def test_long_runs_recover_exact_moments(model, method):
     """The default (longer) run lengths, on a second random problem."""
     data, options = PROBLEMS[model](seed=2)
     result = pyro_bdl.fit(model, data, inference=method, options=options, progress=False)
-    exact = get_model(model).exact_posterior(data.X, data.y, **options)
+    exact = _exact(model, data, options)
     _check_means(result, exact)
     _check_sds(result, exact)

@@ -8,38 +8,33 @@ import pytest
 import pyro_bdl
 import pyro_bdl.datasets
 from pyro_bdl.inference import METHODS
+from pyro_bdl.registry import list_models
 
-#: Very short runs: these tests check structure, not accuracy.
-QUICK = {
-    "svi": {"steps": 100, "samples": 50}, "svi-meanfield": {"steps": 100, "samples": 50},
-    "bbvi": {"steps": 30, "samples": 50, "particles": 2}, "map": {"steps": 100}, "mle": {"steps": 100},
-    "nuts": {"samples": 60, "warmup": 40}, "hmc": {"samples": 60, "warmup": 40},
-    "metropolis": {"samples": 100, "warmup": 100}, "importance": {"samples": 200},
-    "mc-dropout": {"steps": 100, "samples": 20}, "ensemble": {"steps": 100, "members": 2},
-}
-#: Every method each model supports; the networks only on their cheapest setting (hidden=5).
-CASES = [(model, method) for model in ("blr", "coin") for method in pyro_bdl.get_model(model).methods] + [
-    ("bnn-regressor", method) for method in pyro_bdl.get_model("bnn-regressor").methods
-    if method not in ("nuts", "hmc")
-] + [("bnn-classifier", "mc-dropout"), ("bnn-classifier", "ensemble")]
-SMALL_NET = {"hidden": "5"}
+#: Very short runs (each method's own smoke settings): these tests check structure, not accuracy.
+QUICK = {name: dict(method.quick) for name, method in METHODS.items()}
+#: Every model with every method it supports (the registry's table), networks on their cheapest setting
+#: (hidden=5); not the samplers on networks, minutes even there (their slow tests run them).
+CASES = [(spec.name, name) for spec in list_models() for name in spec.methods
+         if not ("network" in spec.traits and METHODS[name].family == "mcmc")]
+SMALL = {"hidden": "5"}
 
 
 def test_every_method_has_quick_settings():
-    assert set(QUICK) == set(METHODS)
+    assert all(QUICK.values()), [name for name, quick in QUICK.items() if not quick]
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 @pytest.mark.parametrize("model,method", CASES)
 def test_inference_data_groups(model, method, tmp_path):
-    options = SMALL_NET if model.startswith("bnn") else None
-    data = pyro_bdl.datasets.digits_split()[1] if model == "bnn-classifier" else None
+    spec = pyro_bdl.get_model(model)
+    options = SMALL if "hidden" in spec.options else None
+    data = pyro_bdl.datasets.digits_split()[1] if spec.default_data == "digits" else None  # 450 rows, not 1797
     result = pyro_bdl.fit(model, data, inference=method, progress=False, options=options, **QUICK[method])
     idata = result.to_inference_data()
     for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data"):
         assert group in idata.groups(), group
     assert set(idata.posterior.data_vars) == set(result.samples)
-    n = len(result.data["y"])
+    n = len(result.data[spec.target])
     assert idata.log_likelihood["y"].shape[-1] == n
     assert idata.posterior.attrs["inference"] == method
     family = METHODS[method].family

@@ -32,6 +32,8 @@ import pyro_bdl
 import pyro_bdl.store
 from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
+from pyro_bdl import feature_maps as fm
+from pyro_bdl import gradients
 from pyro_bdl.models import last_layer as ll
 
 from test_exact_posteriors import K, _check_means, _check_sds, _ess, _flat
@@ -56,8 +58,8 @@ def problem(seed: int = 1, n: int = 30, d: int = 2) -> Dataset:
 def _fit(method, **settings):
     result = pyro_bdl.fit("last-layer", problem(), inference=method, options=OPTIONS, seed=0, progress=False,
                           **settings)
-    # the model sees standardised data (result.data); the exact posterior is taken there
-    exact = ll.exact_posterior(result.data["X"], result.data["y"], **result.info["options"])
+    # the model sees standardised data (result.standardized_data); the exact posterior is taken there
+    exact = ll.exact_posterior(**result.standardized_data, **result.info["options"])
     return result, exact
 
 
@@ -98,7 +100,7 @@ def _gaussian_kl(m0, C0, m1, C1) -> float:
 
 @pytest.fixture(scope="module")
 def trained_map():
-    return ll.train_feature_map("sine", hidden=(50,), steps=2000)
+    return fm.train_feature_map("sine", hidden=(50,), steps=2000)
 
 
 @pytest.mark.parametrize("features", ["random", "trained"])
@@ -108,9 +110,9 @@ def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(featur
     options = {} if features == "random" else {"feature_weights": request.getfixturevalue("trained_map")}
     result = pyro_bdl.fit("last-layer", inference="svi", options=options, seed=0, progress=False, samples=2000)
     assert isinstance(result.guide, ll.PrincipalAxesGuide)  # the model's default guide for svi
-    mean, cov = ll.posterior_moments(result.data["X"], result.data["y"], **result.info["options"])
+    mean, cov = ll.posterior_moments(**result.standardized_data, **result.info["options"])
     assert np.linalg.cond(cov.numpy()) > 1e5  # the problem is as ill-conditioned as claimed
-    Q = result.guide.axes(result.data["X"]).double()
+    Q = result.guide.axes(result.standardized_data["X"]).double()
     store = pyro.get_param_store()
     loc, scale = store["axes.loc"].detach().double(), store["axes.scale"].detach().double()
     q_mean, q_cov = Q @ loc, Q @ torch.diag(scale**2) @ Q.T
@@ -179,7 +181,7 @@ MF_MEAN_ALLOWANCE, MF_SD_ALLOWANCE = 0.5, 0.1
 def test_svi_meanfield_reaches_the_mean_field_optimum():
     result = pyro_bdl.fit("last-layer", problem(), inference="svi-meanfield", options=OPTIONS, seed=0,
                           progress=False, samples=10)
-    mean, cov = ll.posterior_moments(result.data["X"], result.data["y"], **result.info["options"])
+    mean, cov = ll.posterior_moments(**result.standardized_data, **result.info["options"])
     mf_sd = torch.linalg.inv(cov).diagonal().rsqrt()
     store = pyro.get_param_store()
     loc = torch.cat([store["mf.w.loc"].detach(), store["mf.b.loc"].detach().reshape(1)]).double()
@@ -198,15 +200,13 @@ def test_map_is_the_posterior_mean():
 
 def test_every_method_runs_on_the_default_data():
     """The registry's methods on sine with a small feature map (structure only; accuracy is tested above)."""
-    quick = {"svi": {"steps": 50, "samples": 20}, "svi-meanfield": {"steps": 50, "samples": 20},
-             "map": {"steps": 50}, "mle": {"steps": 50}, "importance": {"samples": 50},
-             "nuts": {"samples": 5, "warmup": 5, "chains": 1}, "hmc": {"samples": 5, "warmup": 5, "chains": 1},
-             "metropolis": {"samples": 20, "warmup": 20, "chains": 1}}
+    from pyro_bdl.inference import METHODS
+
     spec = pyro_bdl.get_model("last-layer")
-    assert set(spec.methods) == set(quick)
     X = torch.linspace(-2, 2, 5).unsqueeze(1)
     for method in spec.methods:
-        result = pyro_bdl.fit("last-layer", inference=method, options={"hidden": "3"}, progress=False, **quick[method])
+        quick = METHODS[method].quick
+        result = pyro_bdl.fit("last-layer", inference=method, options={"hidden": "3"}, progress=False, **quick)
         assert result.samples["w"].shape[-1] == 3
         assert np.isfinite(result.predict(X)["mean"]).all(), method
 
@@ -222,7 +222,7 @@ def test_reparameterisation_gradient_matches_closed_form():
     h1 = 5  # h = 4 weights, then the bias
     m = torch.linspace(-0.5, 0.5, h1, dtype=torch.float64)
     v = torch.full((h1,), 0.3, dtype=torch.float64)
-    mc, exact = ll.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=4000, seed=1, **OPTIONS)
+    mc, exact = gradients.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=4000, seed=1, **OPTIONS)
     assert _agrees(mc.loglik, mc.loglik_se, exact.loglik)
     assert _agrees(mc.grad_m, mc.grad_m_se, exact.grad_m)
     assert _agrees(mc.grad_v, mc.grad_v_se, exact.grad_v)
@@ -232,41 +232,41 @@ def test_reparameterisation_gradient_matches_closed_form():
     assert not _agrees(mc.grad_m, mc.grad_m_se, 1.1 * exact.grad_m)
     assert not _agrees(mc.grad_v, mc.grad_v_se, 2 * v * exact.grad_v)
     assert not _agrees(mc.grad_v, mc.grad_v_se, torch.zeros_like(exact.grad_v))
-    plug_in, _ = ll.expected_loglik_and_grad(ds.X, ds.y, m, 0 * v, num_samples=2, **OPTIONS)
+    plug_in, _ = gradients.expected_loglik_and_grad(ds.X, ds.y, m, 0 * v, num_samples=2, **OPTIONS)
     assert not _agrees(mc.loglik, mc.loglik_se, plug_in.loglik)
 
 
 def test_gradient_estimator_is_seeded_and_checks_shapes():
     ds = problem()
     m, v = torch.zeros(5), torch.ones(5)
-    a, _ = ll.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=10, seed=3, **OPTIONS)
-    b, _ = ll.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=10, seed=3, **OPTIONS)
+    a, _ = gradients.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=10, seed=3, **OPTIONS)
+    b, _ = gradients.expected_loglik_and_grad(ds.X, ds.y, m, v, num_samples=10, seed=3, **OPTIONS)
     assert torch.equal(a.grad_m, b.grad_m)
     with pytest.raises(ValueError, match=r"m and v must have shape \(5,\)"):
-        ll.expected_loglik_and_grad(ds.X, ds.y, torch.zeros(4), torch.ones(4), **OPTIONS)
+        gradients.expected_loglik_and_grad(ds.X, ds.y, torch.zeros(4), torch.ones(4), **OPTIONS)
 
 
 # --------------------------------------------------------------------------- the feature map
 
 def test_random_features_are_deterministic_and_leave_the_global_rng_alone():
     X = problem().X
-    ll._random_layers.cache_clear()
+    fm._random_layers.cache_clear()
     state = torch.get_rng_state()
-    first = ll.features(X, hidden="4,3", feature_seed=7)
+    first = fm.features(X, hidden="4,3", feature_seed=7)
     assert torch.equal(torch.get_rng_state(), state)
-    ll._random_layers.cache_clear()
-    assert torch.equal(first, ll.features(X, hidden=(4, 3), feature_seed=7))  # redrawn, not cached
+    fm._random_layers.cache_clear()
+    assert torch.equal(first, fm.features(X, hidden=(4, 3), feature_seed=7))  # redrawn, not cached
     assert first.shape == (30, 3)
-    assert not torch.equal(first, ll.features(X, hidden="4,3", feature_seed=8))
-    assert ll.features(X).shape == (30, 50)  # the default: 50 tanh features
+    assert not torch.equal(first, fm.features(X, hidden="4,3", feature_seed=8))
+    assert fm.features(X).shape == (30, 50)  # the default: 50 tanh features
 
 
 def test_given_feature_weights_are_the_map_they_describe():
     X = problem().X
     A, c = torch.randn(3, 2, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
     given = {"activation": "sigmoid", "layers": [{"weight": A.tolist(), "bias": c.tolist()}]}
-    assert torch.allclose(ll.features(X.double(), feature_weights=given), torch.sigmoid(X.double() @ A.T + c))
-    assert ll.features(X, hidden=3, activation="sigmoid", feature_weights=given).shape == (30, 3)
+    assert torch.allclose(fm.features(X.double(), feature_weights=given), torch.sigmoid(X.double() @ A.T + c))
+    assert fm.features(X, hidden=3, activation="sigmoid", feature_weights=given).shape == (30, 3)
 
 
 LAYER = {"weight": [[1.0, 0.0], [0.0, 1.0]], "bias": [0.0, 0.0]}
@@ -310,15 +310,15 @@ def test_unknown_option_and_bad_weights_file(tmp_path):
 
 def test_trained_feature_map_survives_write_and_load(tmp_path):
     ds = problem()
-    phi = ll.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
+    phi = fm.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
     assert json.loads(json.dumps(phi)) == phi  # JSON-able: it travels inside the fit's options
     result = pyro_bdl.fit("last-layer", ds, inference="importance", options={"feature_weights": phi, "noise": 0.5},
                           progress=False, samples=500)
     assert result.info["options"]["feature_weights"] == phi
     # the map is the trained net's hidden layer on the standardised inputs
     A, c = (torch.tensor(phi["layers"][0][k], dtype=torch.float64) for k in ("weight", "bias"))
-    X = result.data["X"].double()
-    assert torch.allclose(ll.features(X, feature_weights=phi), torch.tanh(X @ A.T + c))
+    X = result.standardized_data["X"].double()
+    assert torch.allclose(fm.features(X, feature_weights=phi), torch.tanh(X @ A.T + c))
     pyro_bdl.store.write_fit(result, tmp_path / "fit")
     back = pyro_bdl.load_fit(tmp_path / "fit")
     new = torch.linspace(-3, 3, 7).unsqueeze(1).repeat(1, 2)
@@ -347,21 +347,21 @@ def test_feature_map_from_a_fitted_network_directory(tmp_path):
     assert main(["fit", "last-layer", "--inference", "map", "--option", f"feature_weights={net}",
                  "--option", "noise=0.5", "--out", str(out), *data]) == 0
     phi = json.loads((out / "metrics.json").read_text())["options"]["feature_weights"]
-    want = ll.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
+    want = fm.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
     assert phi["activation"] == "tanh" and len(phi["layers"]) == 1
     np.testing.assert_allclose(phi["layers"][0]["weight"], want["layers"][0]["weight"], rtol=1e-5, atol=1e-6)
     # only a point estimate of bnn-regressor is a feature map
     svi = tmp_path / "svi"
     assert main(["fit", "bnn-regressor", "--inference", "svi", "--option", "hidden=4", "--steps", "5",
                  "--samples", "5", "--out", str(svi), *data]) == 0
-    with pytest.raises(ValueError, match="map or mle fit of bnn-regressor; this fit is bnn-regressor with svi"):
+    with pytest.raises(ValueError, match=r"point-estimate \(map or mle\) fit of a network regressor \(bnn-regressor\); this fit is bnn-regressor with svi"):
         pyro_bdl.get_model("last-layer").resolve_options({"feature_weights": str(svi)})
 
 
 def test_describe_and_default_cli_fit(tmp_path, capsys):
     assert main(["describe", "last-layer"]) == 0
     text = capsys.readouterr().out
-    assert "feature_weights = None" in text and "Sample sites: w, b" in text and "train_feature_map" in text
+    assert "feature_weights = None" in text and "Sample sites (default options): w, b" in text and "train_feature_map" in text
     out = tmp_path / "run"
     assert main(["fit", "last-layer", "--inference", "importance", "--samples", "300", "--option", "hidden=5",
                  "--out", str(out), "--no-progress"]) == 0
@@ -414,7 +414,7 @@ def test_nuts_full_mass_mixes_on_collinear_features():
                                     progress=False, full_mass=full_mass, **settings[full_mass])
             for full_mass in (True, False)}
     dense = runs[True]
-    exact = ll.exact_posterior(dense.data["X"], dense.data["y"], **dense.info["options"])
+    exact = ll.exact_posterior(**dense.standardized_data, **dense.info["options"])
     _check_means(dense, exact)
     _check_sds(dense, exact)
     depth = {k: float(np.mean(r.sample_stats["n_steps"])) for k, r in runs.items()}

@@ -1,34 +1,69 @@
 """Inference methods: one table, :data:`METHODS`, maps a method name to its runner and settings.
 
-Every runner has the signature ``run(model, data, *, guide, progress, **settings) -> Draws``.
-:func:`pyro_bdl.fit` looks the method up here, checks the settings, and turns the
-:class:`~pyro_bdl.inference.base.Draws` into a :class:`~pyro_bdl.result.FitResult`.
+Each module of this package registers the methods it implements (:func:`register_method`), declaring
+what a model must be for the method to suit it (``requires``: traits such as ``continuous`` or
+``network``, matched against each model's :attr:`~pyro_bdl.registry.ModelSpec.traits`) and how its
+settings are typed.  Every runner has the signature ``run(model, data, *, guide, progress, **settings)
+-> Draws``.  :func:`pyro_bdl.fit` looks the method up here, resolves the settings
+(:func:`pyro_bdl.registry.resolve`), and turns the :class:`~pyro_bdl.inference.base.Draws` into a
+:class:`~pyro_bdl.result.FitResult`.
+
+Example
+-------
+>>> from pyro_bdl.inference import get_method
+>>> nuts = get_method("nuts")
+>>> sorted(nuts.requires), nuts.resolve_settings({"jit": "true"})["jit"]
+(['continuous'], True)
 """
 
 from __future__ import annotations
 
-import functools
+import importlib
 import math
 import numbers
-from dataclasses import dataclass
+import pkgutil
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .base import Draws, latent_sites, observed_sites
+from .base import Draws, as_flag, latent_sites, model_params, observed_sites
 
-__all__ = ["Method", "METHODS", "get_method", "Domain", "SETTING_DOMAINS", "Draws", "latent_sites", "observed_sites"]
+__all__ = ["Method", "METHODS", "register_method", "get_method", "Domain", "SETTING_DOMAINS", "Draws", "latent_sites", "observed_sites", "model_params"]
 
 
 @dataclass(frozen=True)
 class Method:
-    """An inference method: name, family, one-line summary, runner and default settings."""
+    """An inference method: name, family, one-line summary, runner, default settings, and what it needs.
+
+    Attributes
+    ----------
+    family : how its output is diagnosed: ``"svi"`` (a loss trace), ``"point"``, ``"mcmc"`` (chains),
+        ``"importance"`` (weights) or ``"ensemble"`` (members as chains).
+    requires : the traits a model must declare for the method to suit it (``continuous``: every latent
+        site continuous; ``low-dimensional``: few enough parameters for random-walk, score-function or
+        importance-sampling methods; ``network``: weights in :func:`pyro_bdl.layers.dense` layers).
+    takes_guide : accepts a guide (SVI methods).
+    takes_init : starts from a point the model may choose (its ``init_loc_fn``).
+    point_estimate : returns one point (one draw), not a posterior sample.
+    resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
+    quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
+        that the method runs end to end, not that it is accurate.
+    """
 
     name: str
-    family: str  # "svi", "point", "mcmc", "importance" or "ensemble"
+    family: str
     summary: str
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
+    requires: frozenset = frozenset({"continuous"})
     takes_guide: bool = False
-    resumable: bool = True  # accepts checkpoint=... (all but importance sampling, which has no long loop)
+    takes_init: bool = False
+    point_estimate: bool = False
+    resumable: bool = True
+    quick: Mapping[str, Any] = field(default_factory=dict)
+
+    def suits(self, traits) -> bool:
+        """Whether a model with these traits can be fitted with this method."""
+        return self.requires <= frozenset(traits)
 
     def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
         """Defaults filled in; unknown settings rejected with the list of known ones."""
@@ -39,17 +74,22 @@ class Method:
                 f"its settings are: {', '.join(self.defaults)}"
             )
         resolved = dict(self.defaults)
-        resolved.update({k: self._number(k, v) for k, v in settings.items() if v is not None})
+        resolved.update({k: self._typed(k, v) for k, v in settings.items() if v is not None})
         return resolved
 
-    def _number(self, key: str, value):
+    def _typed(self, key: str, value):
         """A numeric setting (its default is a number, or it has a :data:`SETTING_DOMAINS` entry) as that
         number: text such as the CLI's ``--set steps=500`` is read, whole numbers stay whole, and the value
         must lie in the setting's domain; anything else is a clear error."""
         domain = SETTING_DOMAINS.get(key)
         default = self.defaults[key]
-        if domain is None and (isinstance(default, bool) or not isinstance(default, (int, float))):
-            return value  # flags (pyro_bdl.inference.base.as_flag reads text too) and names
+        if isinstance(default, bool):
+            try:
+                return as_flag(value)
+            except ValueError as exc:
+                raise ValueError(f"setting '{key}' of inference '{self.name}': {exc}") from None
+        if domain is None and not isinstance(default, (int, float)):
+            return value  # names
         kind = domain.kind if domain is not None else type(default)
         what = f"setting '{key}' of inference '{self.name}'"
         number = value
@@ -110,67 +150,23 @@ SETTING_DOMAINS: dict[str, Domain] = {
 }
 
 
-def _svi_methods():
-    from . import svi
-
-    adam = svi.ADAM_SETTINGS  # the optimiser's (svi.make_svi)
-    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **adam,
-              "jit": False, "vectorize": False, "local_reparam": False}  # see pyro_bdl.inference.svi
-    return [
-        Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
-               svi.run_svi, common, takes_guide=True),
-        Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
-               svi.run_svi_meanfield, common, takes_guide=True),
-        Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
-               svi.run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None,
-                             **adam}, takes_guide=True),
-        Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
-               svi.run_map, {"steps": 2000, "lr": 0.02, "batch_size": None, **adam}),
-        Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               svi.run_mle, {"steps": 2000, "lr": 0.02, "batch_size": None, **adam}),
-    ]
+#: Every registered method by name, filled as the modules of this package register theirs.
+METHODS: dict[str, Method] = {}
 
 
-def _mcmc_methods():
-    from .mcmc import run_mcmc
-
-    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False}
-    return [
-        Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
-               functools.partial(run_mcmc, "nuts"), {**hmc_defaults, "max_tree_depth": 10}),
-        Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass matrix (diagonal, or dense: full_mass)",
-               functools.partial(run_mcmc, "hmc"), hmc_defaults),
-        Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
-               functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2}),
-    ]
+def register_method(method: Method) -> Method:
+    """Add an inference method (called at import time by the module that implements it)."""
+    if method.name in METHODS and METHODS[method.name] is not method:
+        raise ValueError(f"inference method '{method.name}' is registered twice")
+    METHODS[method.name] = method
+    return method
 
 
-def _network_methods():
-    from .dropout import run_mc_dropout
-    from .ensemble import run_ensemble
-    from .svi import ADAM_SETTINGS as adam
-
-    return [
-        Method("mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
-               "prediction; tau = 1/sigma^2", run_mc_dropout,
-               {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, **adam}),
-        Method("ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each",
-               run_ensemble, {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None, **adam}),
-    ]
-
-
-def _importance_methods():
-    from .importance import run_importance
-
-    return [
-        Method("importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
-               run_importance, {"samples": 4000, "proposal": "laplace"}, resumable=False),
-    ]
-
-
-METHODS: dict[str, Method] = {
-    m.name: m for m in _svi_methods() + _mcmc_methods() + _importance_methods() + _network_methods()
-}
+def _load_methods() -> None:
+    """Import every module of this package: each registers the methods it implements.  Adding a method
+    is adding a module."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{info.name}")
 
 
 def get_method(name: str) -> Method:
@@ -178,3 +174,6 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"unknown inference method '{name}'; known methods: {', '.join(METHODS)}")
     return METHODS[name]
+
+
+_load_methods()

@@ -11,7 +11,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-__all__ = ["Draws", "as_flag", "latent_sites", "observed_sites"]
+__all__ = ["Draws", "as_flag", "latent_sites", "observed_sites", "model_params"]
 
 
 def as_flag(value) -> bool:
@@ -64,3 +64,11 @@ def latent_sites(model, data: dict) -> list[str]:
 def observed_sites(model, data: dict) -> list[str]:
     """Names of the model's observed sample sites (the likelihood terms)."""
     return [name for name, site in _trace(model, data).nodes.items() if site["type"] == "sample" and site["is_observed"]]
+
+
+def model_params(model, data: dict) -> dict:
+    """The model's own learned parameters (its ``pyro.param`` and ``pyro.module`` sites, not a guide's):
+    name -> constrained value, detached.  Empty for a model whose every unknown is a sample site."""
+    with torch.no_grad():
+        trace = poutine.trace(model).get_trace(**data)
+    return {name: site["value"].detach().clone() for name, site in trace.nodes.items() if site["type"] == "param"}

@@ -80,7 +80,7 @@ class DropoutGuide:
 
 
 class DropoutMessenger(Messenger):
-    """Training-time dropout for a model written with :func:`pyro_bdl.models.bnn.dense` layers.
+    """Training-time dropout for a model written with :func:`pyro_bdl.layers.dense` layers.
 
     Layer ``layerK`` whose weight site ``layerK.weight`` is selected by ``dropout_sites`` gets an
     independent keep-mask per example and input unit, ``(h * z) W^T + b`` with
@@ -128,3 +128,17 @@ def run_mc_dropout(model, data: dict, *, p: float, steps: int, lr: float, sample
     if "sigma" in out.samples:
         out.info["tau"] = float(1.0 / out.samples["sigma"][0, 0] ** 2)  # model precision tau = 1 / sigma^2
     return out
+
+
+def _register() -> None:
+    from . import Method, register_method
+    from .svi import ADAM_SETTINGS
+
+    register_method(Method(
+        "mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
+        "prediction; tau = 1/sigma^2", run_mc_dropout,
+        {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, **ADAM_SETTINGS},
+        requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20}))
+
+
+_register()

@@ -43,3 +43,16 @@ def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, prog
     for i, m in enumerate(done):
         losses[i, : len(m["losses"])] = m["losses"].numpy()
     return Draws(samples, losses=losses, info={"members": members})
+
+
+def _register() -> None:
+    from . import Method, register_method
+    from .svi import ADAM_SETTINGS
+
+    register_method(Method(
+        "ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each", run_ensemble,
+        {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None, **ADAM_SETTINGS},
+        requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "members": 2}))
+
+
+_register()

@@ -125,3 +125,15 @@ def run_importance(model, data: dict, *, samples: int, proposal: str, progress: 
     info = {"importance_ess": ess, "importance_draws": samples, "proposal": proposal,
             "log_evidence": float(torch.logsumexp(log_w.double(), 0) - np.log(samples))}
     return Draws(draws, sample_stats=stats, info=info)
+
+
+def _register() -> None:
+    from . import Method, register_method
+
+    register_method(Method(
+        "importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
+        run_importance, {"samples": 4000, "proposal": "laplace"}, requires=frozenset({"continuous", "low-dimensional"}),
+        resumable=False, quick={"samples": 200}))
+
+
+_register()

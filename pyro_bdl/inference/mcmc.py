@@ -8,6 +8,7 @@ statistics under ArviZ's names: ``diverging``, ``step_size``, ``n_steps`` (leapf
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -101,3 +102,20 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
             "divergences": int(stats_out["diverging"].sum())}
     return Draws(samples_out, sample_stats=stats_out, info=info)
+
+
+def _register() -> None:
+    from . import Method, register_method
+
+    hmc = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False}
+    quick = {"samples": 60, "warmup": 40}
+    register_method(Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
+                           functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick))
+    register_method(Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass "
+                           "matrix (diagonal, or dense: full_mass)", functools.partial(run_mcmc, "hmc"), hmc, quick=quick))
+    register_method(Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
+                           functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2},
+                           requires=frozenset({"continuous", "low-dimensional"}), quick={"samples": 100, "warmup": 100}))
+
+
+_register()

@@ -51,12 +51,12 @@ from .optim import FastClippedAdam
 #: final parameters settle instead of jittering at the optimiser's noise floor.
 FINAL_LR_FRACTION = 0.01
 #: ... from the first step, or after holding ``lr`` for the fraction ``lr_hold`` of the steps (a setting;
-#: the networks' SVI path holds it for half: see ``models/bnn.py``).
+#: the networks' SVI path holds it for half: see :mod:`pyro_bdl.networks`).
 LR_HOLD = 0.0
 #: The default of the ``grad_clamp`` setting: ClippedAdam clamps every gradient entry to
 #: [-grad_clamp, grad_clamp] (an elementwise clamp, despite Pyro's name clip_norm; ``inf``: none).  It
 #: guards far-off starts.  On networks, whose summed-likelihood gradients are about 1e5, it makes Adam
-#: close to sign descent; the networks' SVI path turns it off (see ``models/bnn.py``).
+#: close to sign descent; the networks' SVI path turns it off (see :mod:`pyro_bdl.networks`).
 GRADIENT_CLAMP = 10.0
 #: The optimiser's settings and their defaults, as every optimisation-based method lists them.
 ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
@@ -302,3 +302,29 @@ def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=Non
     draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
                   checkpoint=checkpoint, batch_size=batch_size, **adam)
     return draws
+
+
+def _register() -> None:
+    from . import Method, register_method
+
+    common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
+              "jit": False, "vectorize": False, "local_reparam": False}
+    point = {"steps": 2000, "lr": 0.02, "batch_size": None, **ADAM_SETTINGS}
+    for method in (
+        Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
+               run_svi, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
+        Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
+               run_svi_meanfield, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
+        Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
+               run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS},
+               requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
+               quick={"steps": 30, "samples": 50, "particles": 2}),
+        Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
+               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}),
+        Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
+               run_mle, point, takes_init=True, point_estimate=True, quick={"steps": 100}),
+    ):
+        register_method(method)
+
+
+_register()

@@ -1,0 +1,214 @@
+r"""Fixed feature maps: a deterministic MLP phi whose weights are not sample sites (for ``last-layer``).
+
+:math:`h_0 = x`, :math:`h_{\ell+1} = a(A_\ell h_\ell + c_\ell)`, :math:`\phi(x) = h_L`, with weights either
+
+* **random**: :math:`A_\ell \sim \mathcal N(0, t^2 / d_\ell)` (fan-in :math:`d_\ell`),
+  :math:`c_\ell \sim \mathcal N(0, t^2)`, drawn once from a private generator seeded with ``feature_seed``
+  (``t`` = ``feature_scale``; widths ``hidden``, default 50; activation default tanh); or
+* **given or trained**: ``feature_weights``, ``{"activation": "tanh", "layers": [{"weight": [[...]],
+  "bias": [...]}, ...]}`` of plain lists (``weight`` of layer :math:`\ell` is :math:`A_\ell`, (out, in)).
+  :func:`train_feature_map` makes one from a MAP ``bnn-regressor``'s hidden layers; :func:`feature_map_of`
+  reads one from such a fit, and :func:`parse_feature_weights` from the command line (inline JSON, a JSON
+  file, or a fit directory).
+
+Example
+-------
+>>> import torch
+>>> X = torch.linspace(-2, 2, 30).unsqueeze(1)
+>>> features(X, hidden=(8,)).shape
+torch.Size([30, 8])
+>>> torch.equal(features(X, hidden=(8,), feature_seed=3), features(X, hidden=(8,), feature_seed=3))
+True
+>>> given = {"activation": "relu", "layers": [{"weight": [[1.0], [-1.0]], "bias": [0.0, 0.0]}]}
+>>> features(torch.tensor([[-2.0], [3.0]]), feature_weights=given)   # phi(x) = (relu(x), relu(-x))
+tensor([[0., 2.],
+        [3., 0.]])
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from .layers import ACTIVATIONS
+
+__all__ = ["FEATURE_OPTIONS", "features", "parse_widths", "split_feature_options", "parse_feature_weights",
+           "feature_map_of", "train_feature_map"]
+
+#: The options that decide a feature map phi.
+FEATURE_OPTIONS = ("hidden", "activation", "feature_seed", "feature_scale", "feature_weights")
+
+
+def split_feature_options(options: dict, others=("prior_scale", "noise")) -> tuple[dict, dict]:
+    """Options -> (the feature map's, the rest), rejecting names in neither ``FEATURE_OPTIONS`` nor ``others``."""
+    unknown = sorted(set(options) - set(FEATURE_OPTIONS) - set(others))
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}")
+    return ({k: v for k, v in options.items() if k in FEATURE_OPTIONS},
+            {k: v for k, v in options.items() if k not in FEATURE_OPTIONS})
+
+
+#: Random features when no feature_weights are given: widths and activation.
+RANDOM_HIDDEN, RANDOM_ACTIVATION = (50,), "tanh"
+
+
+def parse_widths(hidden) -> tuple:
+    """``(50,)``, ``[10, 10]`` (JSON), ``"50"`` or ``"10,10"`` / ``"10x10"`` (CLI) -> a tuple of ints."""
+    if isinstance(hidden, str):
+        hidden = [v for v in hidden.replace("x", ",").split(",") if v.strip()]
+    elif isinstance(hidden, int):
+        hidden = [hidden]
+    out = tuple(int(v) for v in hidden)
+    if not out or any(v <= 0 for v in out):
+        raise ValueError(f"hidden must be one or more positive widths, got {hidden!r}")
+    return out
+
+
+def parse_feature_weights(text: str):
+    """CLI value of ``feature_weights``: ``none``, inline JSON, the path of a JSON file, or the fit
+    directory of a point-estimate ``bnn-regressor`` (``pyro-bdl fit bnn-regressor --inference map --out DIR``:
+    its hidden layers, as :func:`train_feature_map` returns them)."""
+    if text.strip().lower() in ("", "none"):
+        return None
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    path = Path(text)
+    if path.is_dir():
+        from pyro_bdl.store import load_fit
+
+        return feature_map_of(load_fit(path))
+    if not path.is_file():
+        raise ValueError(f"not inline JSON and no such file or fit directory: {text}")
+    return json.loads(path.read_text())
+
+
+def feature_map_of(net) -> dict:
+    """The hidden layers of a fitted point-estimate ``bnn-regressor`` (map or mle) as ``feature_weights``.
+
+    Its output layer is dropped: the Bayesian last layer replaces it.  The net saw inputs standardised on
+    its training data, as ``last-layer`` will if fitted on the same data.
+    """
+    spec = net.spec
+    if spec is None or "network" not in spec.traits or spec.task != "regression" or not net.point_estimate:
+        raise ValueError(f"a trained feature map comes from a point-estimate (map or mle) fit of a network "
+                         f"regressor (bnn-regressor); this fit is {net.info.get('model') or 'a user model'} "
+                         f"with {net.method}")
+    options = net.info["options"]  # a zoo fit's options, defaults filled in
+    layers = [{"weight": net.posterior_mean(f"layer{i}.weight").tolist(),
+               "bias": net.posterior_mean(f"layer{i}.bias").tolist()} for i in range(len(parse_widths(options["hidden"])))]
+    return {"activation": options["activation"], "layers": layers}
+
+
+@functools.lru_cache(maxsize=64)
+def _random_layers(d_in: int, widths: tuple, seed: int, scale: float) -> tuple:
+    """Random features: per layer A (out, in) ~ N(0, scale^2/fan_in), c (out,) ~ N(0, scale^2).
+
+    Float64, from a private torch generator seeded with ``seed`` (the global RNG is untouched).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    layers = []
+    for fan_in, fan_out in zip((d_in, *widths[:-1]), widths):
+        A = torch.randn(fan_out, fan_in, generator=gen, dtype=torch.float64) * (scale / math.sqrt(fan_in))
+        c = torch.randn(fan_out, generator=gen, dtype=torch.float64) * scale
+        layers.append((A, c))
+    return tuple(layers)
+
+
+_WEIGHTS_FORMAT = ('{"activation": ..., "layers": [{"weight": [[...]], "bias": [...]}, ...]} '
+                   "of plain lists (as train_feature_map returns)")
+
+
+def _given_layers(weights, d_in: int) -> tuple[str, tuple]:
+    """``feature_weights`` -> (activation, ((A, c), ...)) in float64, with every shape checked."""
+    if not isinstance(weights, dict) or set(weights) != {"activation", "layers"} \
+            or not isinstance(weights["layers"], (list, tuple)) or not weights["layers"]:
+        raise ValueError(f"feature_weights must be {_WEIGHTS_FORMAT}")
+    layers, fan_in = [], d_in
+    for i, layer in enumerate(weights["layers"]):
+        if not isinstance(layer, dict) or set(layer) != {"weight", "bias"} \
+                or not all(isinstance(layer[k], (list, tuple)) for k in layer):
+            raise ValueError(f"feature_weights layer {i} must be {{'weight': [[...]], 'bias': [...]}} of plain "
+                             f"lists (JSON-able, so that a saved fit can rebuild it), got {type(layer).__name__}")
+        try:
+            A = torch.tensor(layer["weight"], dtype=torch.float64)
+            c = torch.tensor(layer["bias"], dtype=torch.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"feature_weights layer {i}: not a numeric array ({exc})") from None
+        if A.dim() != 2 or c.shape != (A.shape[0],):
+            raise ValueError(f"feature_weights layer {i}: weight must be (out, in) and bias (out,), "
+                             f"got {tuple(A.shape)} and {tuple(c.shape)}")
+        if A.shape[1] != fan_in:
+            what = f"X has {d_in} column(s)" if i == 0 else f"layer {i - 1} has {fan_in} outputs"
+            raise ValueError(f"feature_weights layer {i} takes {A.shape[1]} inputs but {what}")
+        if not (torch.isfinite(A).all() and torch.isfinite(c).all()):
+            raise ValueError(f"feature_weights layer {i} holds NaN or infinite values")
+        layers.append((A, c))
+        fan_in = A.shape[0]
+    return weights["activation"], tuple(layers)
+
+
+def features(X: torch.Tensor, hidden=None, activation: str | None = None, feature_seed: int = 0,
+             feature_scale: float = 2.0, feature_weights: dict | None = None) -> torch.Tensor:
+    """phi(X): (n, d) -> (n, h); a deterministic function of the options and X, in X's dtype.
+
+    Random features (widths ``hidden``, default 50; ``activation``, default tanh) unless ``feature_weights``
+    are given, whose widths and activation ``hidden`` and ``activation`` must then match if given.
+    """
+    d_in = int(X.shape[-1])
+    if feature_weights is None:
+        seed = int(feature_seed)
+        if seed < 0:
+            raise ValueError(f"feature_seed must be a non-negative integer, got {feature_seed}")
+        if not float(feature_scale) > 0:
+            raise ValueError(f"feature_scale must be positive, got {feature_scale}")
+        widths = RANDOM_HIDDEN if hidden is None else parse_widths(hidden)
+        activation = RANDOM_ACTIVATION if activation is None else activation
+        layers = _random_layers(d_in, widths, seed, float(feature_scale))
+    else:
+        given_activation, layers = _given_layers(feature_weights, d_in)
+        widths = tuple(A.shape[0] for A, _ in layers)
+        if hidden is not None and parse_widths(hidden) != widths:
+            raise ValueError(f"hidden={parse_widths(hidden)} disagrees with the widths {widths} of feature_weights "
+                             "(leave hidden unset to take them from the weights)")
+        if activation is not None and activation != given_activation:
+            raise ValueError(f"activation={activation!r} disagrees with feature_weights' {given_activation!r} "
+                             "(leave activation unset to take it from the weights)")
+        activation = given_activation
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    act = ACTIVATIONS[activation]
+    h = X
+    for A, c in layers:
+        h = act(h @ A.to(X.dtype).T + c.to(X.dtype))  # h_{l+1} = a(A_l h_l + c_l)
+    return h
+
+
+def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: str | None = None, seed: int = 0,
+                      steps: int = 2000, lr: float | None = None, prior_scale: float = 2.0) -> dict:
+    """A trained feature map for option ``feature_weights``: the hidden layers of a MAP ``bnn-regressor``.
+
+    Fits ``bnn-regressor`` (widths ``hidden``, ``activation``, normal prior of scale ``prior_scale``, learned
+    noise) on ``data`` (anything :func:`pyro_bdl.fit` takes: an embedded name, a CSV path with ``target``, a
+    Dataset) with ``inference="map"``, ``steps`` and ``lr``, from ``seed`` (which seeds the global RNGs, as
+    every fit does).  Like ``last-layer``'s own fit, the net sees inputs standardised on ``data``; its output
+    layer is dropped.  Returns ``{"activation": ..., "layers": [{"weight": [[...]], "bias": [...]}, ...]}``
+    of plain floats: JSON-able, so a fit that uses it can be written and loaded back (``json.dump`` it to a
+    file for ``pyro-bdl fit last-layer --option feature_weights=FILE``).
+
+    >>> phi = train_feature_map("sine", hidden=(4,), steps=50)
+    >>> phi["activation"], [len(layer["bias"]) for layer in phi["layers"]]
+    ('tanh', [4])
+    """
+    from .fit import fit
+
+    widths = parse_widths(hidden)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    settings = {"steps": steps} if lr is None else {"steps": steps, "lr": lr}
+    net = fit("bnn-regressor", data, inference="map", target=target, seed=seed, progress=False,
+              options={"hidden": widths, "activation": activation, "prior_scale": prior_scale}, **settings)
+    return feature_map_of(net)

@@ -1,0 +1,85 @@
+"""The model contract: models are programs over named data, methods declare what they need, and the
+table of supported pairs, the sample sites and the resolved settings are computed, never listed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import pyro_bdl
+from pyro_bdl.inference import METHODS, get_method
+from pyro_bdl.registry import list_models, resolve
+
+
+def test_supported_pairs_follow_from_traits_and_requirements():
+    for spec in list_models():
+        for name, method in METHODS.items():
+            assert (name in spec.methods) == (method.requires <= spec.traits), (spec.name, name)
+    assert "mc-dropout" in pyro_bdl.get_model("bnn-regressor").methods
+    assert "mc-dropout" not in pyro_bdl.get_model("blr").methods
+    with pytest.raises(ValueError, match="does not support inference 'metropolis' .*low-dimensional"):
+        resolve(pyro_bdl.get_model("bnn-regressor"), "metropolis")
+
+
+def test_every_method_is_registered_by_the_module_that_runs_it():
+    for method in METHODS.values():
+        runner = getattr(method.run, "func", method.run)  # functools.partial for the MCMC kernels
+        assert runner.__module__.startswith("pyro_bdl.inference."), method.name
+
+
+def test_sample_sites_are_read_from_a_trace_with_the_options_given():
+    """The sites follow the options (hand-written lists were wrong for non-default ones)."""
+    bnn = pyro_bdl.get_model("bnn-regressor")
+    assert bnn.sites() == ["layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "sigma"]
+    deeper = bnn.sites({"hidden": "5,5", "noise": "0.1"})
+    assert "layer2.weight" in deeper and "sigma" not in deeper
+    assert pyro_bdl.get_model("blr").sites({"noise": 0.5}) == ["w", "b"]
+
+
+def test_math_is_the_model_modules_docstring():
+    import pyro_bdl.models.coin as coin
+
+    spec = pyro_bdl.get_model("coin")
+    assert spec.math and spec.math in coin.__doc__ and "Example" not in spec.math
+
+
+def test_resolved_settings_are_typed():
+    plan = resolve(None, "svi", settings={"jit": "false", "vectorize": "1", "steps": "12", "lr": "0.5"})
+    assert plan.settings["jit"] is False and plan.settings["vectorize"] is True
+    assert plan.settings["steps"] == 12 and isinstance(plan.settings["steps"], int)
+    with pytest.raises(ValueError, match="setting 'jit' of inference 'svi'.*true or false"):
+        resolve(None, "svi", settings={"jit": "maybe"})
+    with pytest.raises(ValueError, match="takes no guide"):
+        resolve(None, "nuts", guide="normal")
+
+
+def test_metrics_write_every_json_safe_entry_of_info(tmp_path):
+    """No allow-list: whatever a model or method records in ``info`` reaches metrics.json."""
+    from pyro_bdl.store import write_fit
+
+    fit = pyro_bdl.fit("coin", inference="map", steps=50, progress=False)
+    fit.info["a_new_models_report"] = {"value": 1.5, "nan": float("nan"), "tensor": torch.ones(1)}
+    write_fit(fit, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert written["a_new_models_report"]["value"] == 1.5 and written["a_new_models_report"]["nan"] is None
+    assert written["p_next_heads"] == fit.report["p_next_heads"]
+    assert set(fit.info) <= set(written)
+
+
+def test_unsupervised_program_over_named_data(tmp_path):
+    """A user's model with no target and one local latent per data point fits; the method's defaults
+    resolve the same way as for the zoo."""
+    import pyro
+    import pyro.distributions as dist
+
+    def mixture_free_density(x=None, n=None):
+        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+        with pyro.plate("data", len(x) if x is not None else n):
+            pyro.sample("x", dist.Normal(mu, 1.0), obs=x)
+
+    x = torch.randn(30) + 2.0
+    fit = pyro_bdl.fit(mixture_free_density, {"x": x}, inference="map", steps=300, lr=0.1, progress=False)
+    assert abs(float(fit.posterior_mean("mu")) - float(x.mean())) < 0.1
+    assert fit.point_estimate and get_method("map").point_estimate
