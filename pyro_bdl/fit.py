@@ -16,6 +16,7 @@ from .checkpoint import Checkpoint, fingerprint
 from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import get_method, latent_sites, observed_sites
+from .inference.base import with_deterministic
 from .registry import ModelSpec, get_model, takes_minibatches
 from .result import FitResult
 
@@ -178,7 +179,8 @@ def fit(
         info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.uses_features else [],
                     target=dataset.target_name, rows=len(dataset))
     result = FitResult(
-        model=bound, data=kwargs, method=inference, samples=draws.samples, likelihood_sites=obs,
+        model=bound, data=kwargs, method=inference, samples=with_deterministic(bound, kwargs, draws.samples),
+        likelihood_sites=obs,
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
         standardizer=prepared.standardizer,
     )
