@@ -8,8 +8,10 @@
 
 import warnings
 
-# ArviZ 0.2x announces its 1.x refactor on import; we pin arviz<1, so the notice is noise.
-warnings.filterwarnings("ignore", message="ArviZ is undergoing", category=FutureWarning)
+# ArviZ 0.2x announces its 1.x refactor on import (once a day); we pin arviz<1, so the notice is noise.
+# The message starts with a newline, and `message` must match from the start: hence the leading \s*.
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning,
+                        module="arviz")
 # Pyro's MCMC imports tqdm.auto, which asks for ipywidgets in Jupyter; the text bar works without.
 warnings.filterwarnings("ignore", message="IProgress not found")
 

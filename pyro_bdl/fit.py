@@ -16,6 +16,7 @@ from .checkpoint import Checkpoint, fingerprint
 from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import latent_sites, model_params, observed_sites
+from .inference.base import with_deterministic
 from .registry import ModelSpec, get_model, resolve, takes_minibatches
 from .result import FitResult
 from .transforms import StandardizedModel, Standardizer
@@ -175,7 +176,7 @@ def fit(
     result = FitResult(
         model=prepared.answer_model(obs), data=prepared.data if prepared.data is not None else kwargs,
         method=inference, likelihood_sites=obs,
-        samples={k: v for k, v in draws.samples.items() if k not in local},
+        samples=with_deterministic(bound, kwargs, {k: v for k, v in draws.samples.items() if k not in local}),
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
         standardizer=prepared.standardizer, params=model_params(bound, kwargs),
     )

@@ -17,7 +17,7 @@ This works for point estimates too (one draw: all the spread is aleatoric).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,7 @@ import torch
 import pyro.distributions as dist
 from pyro import poutine
 
+from .inference.base import deterministic_sites
 from .uncertainty import predictive_moments, regression_summary
 
 __all__ = ["PredictiveDraws", "evaluate", "summarise"]
@@ -44,6 +45,7 @@ class PredictiveDraws:
     observed : the observed values, when y is observed.
     probs : (chains, draws, n, C) class probabilities, for Categorical likelihoods.
     gaussian : site -> True when its likelihood is Normal (exact predictive intervals).
+    deterministic : (chains, draws, *shape) of each ``pyro.deterministic`` site, for these data.
     """
 
     mean: dict
@@ -53,6 +55,7 @@ class PredictiveDraws:
     observed: dict
     probs: dict
     gaussian: dict
+    deterministic: dict = field(default_factory=dict)
 
 
 def _moments(fn, extra: int):
@@ -75,10 +78,13 @@ def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDr
     extra = max(1, math.ceil(MIN_PREDICTIVE_DRAWS / (chains * num)))
     out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
     observed, gaussian = {}, {}
+    computed = {name: [] for name in deterministic_sites(model, data)}  # from the latents, for these data
     for c in range(chains):
         for i in range(num):
-            draw = {name: value[c, i] for name, value in samples.items()}
+            draw = {name: value[c, i] for name, value in samples.items() if name not in computed}
             trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(**data)
+            for name, values in computed.items():
+                values.append(trace.nodes[name]["value"])
             for s in sites:
                 node = trace.nodes[s]
                 mean, var, sample = _moments(node["fn"], extra)
@@ -99,6 +105,7 @@ def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDr
         **{key: {s: stack(v) for s, v in per_site.items() if v} for key, per_site in out.items()},
         observed=observed,
         gaussian=gaussian,
+        deterministic={name: stack(v) for name, v in computed.items()},
     )
 
 

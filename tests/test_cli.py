@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -208,3 +209,15 @@ def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     assert list(pred.columns) == [f"prob_{c}" for c in range(10)] + ["pred", "entropy", "expected_entropy", "mutual_info"]
     np.testing.assert_allclose(pred["entropy"], pred["expected_entropy"] + pred["mutual_info"], atol=1e-5)
     assert np.allclose(pred[[f"prob_{c}" for c in range(10)]].sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("args", [("list",), ("describe", "blr")])
+def test_cli_shows_no_arviz_notice(tmp_path, args):
+    """ArviZ 0.2x prints a multi-line FutureWarning on its first import of the day (stamped in the user's
+    cache): a fresh cache directory makes it due, and the CLI must not show it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([CLI, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "cache" / "arviz" / "daily_warning").exists()  # ArviZ did reach its notice
+    assert "FutureWarning" not in done.stderr and "ArviZ is undergoing" not in done.stderr, done.stderr
+    assert done.stdout.strip()

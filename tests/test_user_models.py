@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import warnings
 
+import arviz as az
 import numpy as np
 import pytest
 import torch
@@ -100,3 +102,45 @@ def test_nan_in_user_data_is_rejected():
 def test_model_without_observations_is_rejected():
     with pytest.raises(ValueError, match="no observed sample site"):
         pyro_bdl.fit(normal_mean_model, {"n": 3}, inference="map", progress=False)
+
+
+# Eight schools (Rubin 1981), non-centred: theta is a deterministic function of the latents.
+SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools(sigma, y=None):
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("schools", len(sigma)):
+        theta_tilde = pyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
+        theta = pyro.deterministic("theta", mu + tau * theta_tilde)
+        return pyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+
+
+@pytest.mark.parametrize("method,settings,shape", [
+    ("nuts", {"samples": 100, "warmup": 100, "chains": 2}, (2, 100, 8)),
+    ("svi", {"steps": 300, "samples": 50}, (1, 50, 8)),
+    ("map", {"steps": 300}, (1, 1, 8)),
+])
+def test_deterministic_site_is_in_the_posterior_not_the_likelihood(method, settings, shape):
+    data = {"sigma": SCHOOLS_SIGMA, "y": SCHOOLS_Y}
+    with warnings.catch_warnings():  # short runs: convergence is not what is tested here
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
+        result = pyro_bdl.fit(eight_schools, data, inference=method, progress=False, **settings)
+    assert result.likelihood_sites == ["obs"]
+    idata = result.to_inference_data()
+    assert list(idata.log_likelihood.data_vars) == ["obs"]
+    post = idata.posterior
+    assert post["theta"].shape == shape
+    expected = post["mu"].values[..., None] + post["tau"].values[..., None] * post["theta_tilde"].values
+    np.testing.assert_allclose(post["theta"].values, expected, rtol=1e-5, atol=1e-5)
+    if method == "nuts":
+        with warnings.catch_warnings():  # 8 points, 200 draws: Pareto k may warn; loo must run
+            warnings.simplefilter("ignore", UserWarning)
+            loo = az.loo(idata)
+        assert np.isfinite(loo.elpd_loo)
+    # predictions: theta recomputed from the latents for the data given, never taken from the fit
+    pred = result.predictive({"sigma": SCHOOLS_SIGMA})
+    np.testing.assert_allclose(pred.deterministic["theta"], expected, rtol=1e-5, atol=1e-5)
+    assert set(pred.log_likelihood) <= {"obs"}

@@ -11,7 +11,10 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-__all__ = ["Draws", "as_flag", "latent_sites", "observed_sites", "model_params"]
+from .pyro_internals import is_deterministic
+
+__all__ = ["Draws", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
+           "model_params"]
 
 
 def as_flag(value) -> bool:
@@ -62,8 +65,32 @@ def latent_sites(model, data: dict) -> list[str]:
 
 
 def observed_sites(model, data: dict) -> list[str]:
-    """Names of the model's observed sample sites (the likelihood terms)."""
-    return [name for name, site in _trace(model, data).nodes.items() if site["type"] == "sample" and site["is_observed"]]
+    """Names of the model's observed sample sites (the likelihood terms; not ``pyro.deterministic`` sites)."""
+    return [name for name, site in _trace(model, data).nodes.items()
+            if site["type"] == "sample" and site["is_observed"] and not is_deterministic(site)]
+
+
+def deterministic_sites(model, data: dict) -> list[str]:
+    """Names of the model's ``pyro.deterministic`` sites (functions of the latents: posterior, not likelihood)."""
+    return [name for name, site in _trace(model, data).nodes.items() if is_deterministic(site)]
+
+
+@torch.no_grad()
+def with_deterministic(model, data: dict, samples: dict) -> dict:
+    """``samples`` (site -> (chains, draws, *shape)) with the model's deterministic sites added: each
+    computed from the latent draws by running ``model(**data)`` on them (unchanged if it has none)."""
+    names = deterministic_sites(model, data)
+    if not names:
+        return samples
+    chains, num = next(iter(samples.values())).shape[:2]
+    values = {name: [] for name in names}
+    for c in range(chains):
+        for i in range(num):
+            draw = {name: value[c, i] for name, value in samples.items() if name not in values}
+            trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(**data)
+            for name in names:
+                values[name].append(trace.nodes[name]["value"])
+    return {**samples, **{name: torch.stack(v).reshape((chains, num) + v[0].shape) for name, v in values.items()}}
 
 
 def model_params(model, data: dict) -> dict:

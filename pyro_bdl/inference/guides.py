@@ -187,8 +187,8 @@ def make_guide(choice, model, init_loc_fn=None):
 class _DropPriors(Messenger):
     """Mask the log density of every latent site, leaving only the likelihood."""
 
-    def _process_message(self, msg):
-        if msg["type"] == "sample" and not msg["is_observed"]:
+    def _pyro_sample(self, msg):  # Messenger's hook for sample sites (see pyro_internals)
+        if not msg["is_observed"]:
             msg["mask"] = False
 
 

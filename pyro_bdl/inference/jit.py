@@ -34,10 +34,7 @@ import pyro
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.util import warn_if_nan
 
-try:  # private to pyro.ops.jit (1.9): how it keys its compiled graphs; without it, every call goes through it
-    from pyro.ops.jit import _hashable_args_kwargs
-except ImportError:  # pragma: no cover - a future Pyro
-    _hashable_args_kwargs = None
+from . import pyro_internals
 
 __all__ = ["CompiledTrace_ELBO", "CompiledTraceMeanField_ELBO"]
 
@@ -70,7 +67,7 @@ class _Compiled:
 
     def _eager_loss(self, model, guide, args, kwargs) -> torch.Tensor:
         loss = 0.0
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+        for model_trace, guide_trace in pyro_internals.elbo_traces(self, model, guide, args, kwargs):
             loss = loss + self._particle_loss(model_trace, guide_trace) / self.num_particles
         return loss
 
@@ -108,10 +105,10 @@ class _Compiled:
         with warnings.catch_warnings():  # torch.jit.trace's deprecation notice: it is what works here
             warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", DeprecationWarning)
             loss = function(*tensors, **static)
-        if graph_key is not None and _hashable_args_kwargs is not None:  # pyro.ops.jit's key for the graph
-            graph = function.compiled.get(_hashable_args_kwargs(tensors, static))
-            if graph is not None:
-                self._graphs[graph_key] = (graph, tuple(function._param_names))
+        if graph_key is not None:  # the graph pyro.ops.jit traced for these arguments, to replay it directly
+            replay = pyro_internals.compiled_graph(function, tensors, static)
+            if replay is not None:
+                self._graphs[graph_key] = replay
         return loss
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
@@ -162,4 +159,4 @@ class CompiledTraceMeanField_ELBO(_Compiled, TraceMeanField_ELBO):
     on a network's weights), ``log p - log q`` at the draw elsewhere."""
 
     def _particle_loss(self, model_trace, guide_trace) -> torch.Tensor:
-        return self._differentiable_loss_particle(model_trace, guide_trace)[1]
+        return pyro_internals.meanfield_particle_loss(self, model_trace, guide_trace)

@@ -16,39 +16,38 @@ import torch
 
 from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
+from . import pyro_internals
 from .base import Draws, as_flag
 
 
 class _StatsRecorder:
-    """MCMC hook: after each post-warmup draw, read the kernel's state."""
+    """MCMC hook: after each post-warmup draw, read the kernel's state (through :mod:`.pyro_internals`)."""
 
     def __init__(self, kernel, name: str):
         self.kernel, self.name = kernel, name
         self.rows = []
         self._leapfrogs = 0
         if name == "nuts":  # count leapfrog steps: NUTS builds its tree from base trees of one step
-            build = kernel._build_basetree
+            pyro_internals.count_nuts_leapfrog_steps(kernel, self._count_leapfrog)
 
-            def counting_build(*args, **kwargs):
-                self._leapfrogs += 1
-                return build(*args, **kwargs)
-
-            kernel._build_basetree = counting_build
+    def _count_leapfrog(self) -> None:
+        self._leapfrogs += 1
 
     def __call__(self, kernel, params, stage, i):
         n_steps, self._leapfrogs = self._leapfrogs, 0
         if stage != "Sample":
             return
-        row = {"diverging": len(getattr(kernel, "_divergences", ())) > sum(r["diverging"] for r in self.rows)}
+        row = {"diverging": pyro_internals.divergence_count(kernel) > sum(r["diverging"] for r in self.rows)}
         if self.name == "metropolis":
-            row.update(step_size=math.exp(kernel._log_step_size), lp=-float(kernel._energy_last), n_steps=1)
+            row.update(step_size=pyro_internals.random_walk_step_size(kernel), lp=-pyro_internals.potential_energy(kernel),
+                       n_steps=1)
         else:
-            row.update(step_size=float(kernel.step_size), lp=-float(kernel._potential_energy_last))
+            row.update(step_size=float(kernel.step_size), lp=-pyro_internals.potential_energy(kernel))
             row["n_steps"] = n_steps if self.name == "nuts" else kernel.num_steps
             if self.name == "nuts":
                 row["tree_depth"] = int(math.floor(math.log2(max(n_steps, 1)))) + 1
         self.rows.append(row)
-        self.mean_accept_prob = float(kernel._mean_accept_prob)
+        self.mean_accept_prob = pyro_internals.mean_accept_prob(kernel)
 
     def stats(self) -> dict:
         return {key: np.array([r[key] for r in self.rows]) for key in self.rows[0]}

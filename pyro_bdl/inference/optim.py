@@ -31,6 +31,8 @@ import torch
 import pyro
 from pyro.optim import PyroOptim
 
+from . import pyro_internals
+
 __all__ = ["FastClippedAdam"]
 
 #: Parameters step as one flat tensor while their mean size is at most this many entries (measured on the
@@ -74,7 +76,7 @@ class FastClippedAdam(PyroOptim):
     def _state_of(self, p: torch.Tensor) -> dict:
         state = self.state.get(p)
         if state is None:
-            state = self._state_waiting_to_be_consumed.pop(pyro.get_param_store().param_name(p), None)
+            state = pyro_internals.pending_optimiser_state(self, pyro.get_param_store().param_name(p))
             if state is not None and "param_groups" in state:  # saved by pyro.optim.ClippedAdam (a torch state_dict)
                 saved = next(iter(state["state"].values()), None)
                 state = saved and {"step": int(saved["step"]), "lr": state["param_groups"][0]["lr"],

@@ -72,7 +72,8 @@ class SVI(pyro.infer.SVI):
     those it keeps in one flat tensor and releases the others (``grad = None``: the next backward pass
     writes them, the same numbers as adding into zeros; a parameter stepped before that gets no
     gradient is stepped with a zero one, as after Pyro's zeroing).  ``tests/test_bbb_path.py`` checks
-    that both steps give the same numbers.
+    that both steps give the same numbers; ``tests/test_pyro_internals.py`` that Pyro's step is still the
+    one this copies (:mod:`pyro_bdl.inference.pyro_internals`).
     """
 
     def __init__(self, model, guide, optim, loss):
