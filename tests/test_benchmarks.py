@@ -137,3 +137,18 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if "gap/data" in line]
     assert [line.split()[:3] for line in lines] == [["svi:8", "seed", "0"], ["svi:8", "seed", "1"],
                                                     ["mc-dropout:8,8:p=0.1", "seed", "0"], ["mc-dropout:8,8:p=0.1", "seed", "1"]]
+
+
+MCMC_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "speed_mcmc.py"
+
+
+def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
+    """benchmarks/speed_mcmc.py on tiny runs (zoo against Pyro's NUTS; NumPyro skipped): every ratio line
+    is printed and every sampler's blr posterior means lie within Monte Carlo error of the exact ones."""
+    proc = subprocess.run([sys.executable, str(MCMC_SCRIPT), "--quick", "--skip-numpyro", "--workloads", "blr", "bnn"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "ratio zoo/pyro [blr min ESS/s, zoo, second fit (compile excluded)] = " in out, out
+    assert "ratio zoo warm/floor(traced) [bnn time per leapfrog] = " in out, out
+    assert "all within 4.5 MC standard errors" in out and "MISMATCH" not in out, out
