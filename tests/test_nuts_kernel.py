@@ -248,3 +248,19 @@ def test_runner_returns_draws_and_resumes_from_a_checkpoint(tmp_path):
     assert torch.equal(both.samples["w"][0], first.samples["w"][0])
     assert not torch.equal(both.samples["w"][1], first.samples["w"][0])
     assert set(both.info) == {"mean_accept_prob", "divergences"}
+
+
+def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
+    import pyro_bdl
+
+    data, options = PROBLEMS["blr"]()
+    zoo = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
+    again = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
+    assert zoo.info["settings"]["kernel"] == "zoo" and torch.equal(zoo.samples["w"], again.samples["w"])
+    assert sorted(zoo.sample_stats) == ["diverging", "lp", "n_steps", "step_size", "tree_depth"]
+    ref = pyro_bdl.fit("blr", data, inference="hmc", options=options, progress=False, samples=10, warmup=10,
+                       chains=1, kernel="pyro")
+    assert ref.samples["w"].shape == (1, 10, 2) and "diverging" in ref.sample_stats
+    assert "sample_stats" in zoo.to_inference_data().groups()
+    with pytest.raises(ValueError, match="'zoo' or 'pyro'"):
+        pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, kernel="numpyro")

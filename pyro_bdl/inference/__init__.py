@@ -134,7 +134,8 @@ def _svi_methods():
 def _mcmc_methods():
     from .mcmc import run_mcmc
 
-    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False}
+    hmc_defaults = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False,
+                   "kernel": "zoo"}  # "zoo" (pyro_bdl.inference.zoo_mcmc) or "pyro" (Pyro's NUTS / HMC)
     return [
         Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                functools.partial(run_mcmc, "nuts"), {**hmc_defaults, "max_tree_depth": 10}),
