@@ -23,7 +23,8 @@ INTERNAL = [
     "pyro_bdl.arviz_io", "pyro_bdl.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
     "pyro_bdl.inference.mcmc", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.plots",
-    "pyro_bdl.predictive", "pyro_bdl.store",
+    "pyro_bdl.predictive", "pyro_bdl.store", "pyro_bdl.inference.potential", "pyro_bdl.inference.nuts_kernel",
+    "pyro_bdl.inference.zoo_mcmc",
 ]
 ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
 

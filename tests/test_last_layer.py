@@ -398,7 +398,7 @@ def test_nuts_full_mass_is_the_model_default_and_reaches_the_kernel(given, expec
     monkeypatch.setattr(mcmc, "NUTS", recording_nuts)
     settings = {} if given is None else {"full_mass": given}
     pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
-                 samples=5, warmup=5, chains=1, **settings)
+                 samples=5, warmup=5, chains=1, kernel="pyro", **settings)
     assert built == [expected]
 
 

@@ -1,7 +1,9 @@
 """Markov chain Monte Carlo: NUTS, HMC and random-walk Metropolis.
 
-Chains run one after another (no multiprocessing: reliable in notebooks and on 2 cores), each
-with Pyro's :class:`~pyro.infer.MCMC` driver and its progress bar.  A hook records per-draw
+NUTS and HMC run on the zoo's kernel by default (``kernel="zoo"``: all chains together, see
+:mod:`pyro_bdl.inference.zoo_mcmc`); with ``kernel="pyro"`` (and random-walk Metropolis) chains run one
+after another (no multiprocessing: reliable in notebooks and on 2 cores), each with Pyro's
+:class:`~pyro.infer.MCMC` driver and its progress bar.  A hook records per-draw
 statistics under ArviZ's names: ``diverging``, ``step_size``, ``n_steps`` (leapfrog steps),
 ``tree_depth`` (NUTS), ``lp`` (log joint density up to a constant, unconstrained space).
 """
@@ -18,6 +20,7 @@ from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
 from . import pyro_internals
 from .base import Draws, as_flag
+from .zoo_mcmc import run_zoo_mcmc, stack_chains
 
 
 class _StatsRecorder:
@@ -67,7 +70,7 @@ def _kernel(name: str, model, *, target_accept, max_tree_depth, jit, full_mass=F
 
 def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
              target_accept: float = 0.8, max_tree_depth: int = 10, jit: bool = False, full_mass=False,
-             checkpoint=None) -> Draws:
+             kernel: str = "pyro", checkpoint=None) -> Draws:
     """Run ``chains`` chains of kernel ``name`` one after another; stack them as (chains, draws, ...).
 
     ``full_mass`` (NUTS, HMC) adapts a dense mass matrix during warmup instead of a diagonal one: for
@@ -77,7 +80,16 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
 
     With a :class:`~pyro_bdl.checkpoint.Checkpoint`, every finished chain is saved, and a rerun
     resumes after the last finished chain.
+
+    ``kernel`` (NUTS, HMC): "zoo", the zoo's kernel with chains run together
+    (:mod:`pyro_bdl.inference.zoo_mcmc`), or "pyro", Pyro's own.
     """
+    if kernel not in ("zoo", "pyro"):
+        raise ValueError(f"setting 'kernel' must be 'zoo' or 'pyro', got {kernel!r}")
+    if kernel == "zoo":
+        return run_zoo_mcmc(name, model, data, samples=samples, warmup=warmup, chains=chains, progress=progress,
+                            target_accept=target_accept, max_tree_depth=max_tree_depth, jit=jit,
+                            full_mass=full_mass, checkpoint=checkpoint)
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
     if done:
@@ -96,17 +108,15 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
         })
         if checkpoint is not None:
             checkpoint.save({"chains": done, "rng": torch.get_rng_state()})
-    samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
-    stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
-    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
-            "divergences": int(stats_out["diverging"].sum())}
-    return Draws(samples_out, sample_stats=stats_out, info=info)
+    return stack_chains(done)
 
 
 def _register() -> None:
     from . import Method, register_method
 
-    hmc = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False}
+    # kernel: "zoo" (pyro_bdl.inference.zoo_mcmc, chains together) or "pyro" (Pyro's NUTS / HMC, one after another)
+    hmc = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False,
+           "kernel": "zoo"}
     quick = {"samples": 60, "warmup": 40}
     register_method(Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                            functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick))

@@ -1,0 +1,364 @@
+"""NUTS speed: the zoo's kernel (pyro_bdl.inference.zoo_mcmc) against Pyro's NUTS and, when installed
+(``pip install numpyro jax``, the ``bench`` extra), NumPyro's, on the workloads of issue 18.
+
+Workloads (``--quick`` shrinks every run for the smoke test):
+
+* ``blr``: d = 10, n = 1000, known noise 1, 1 chain, 500 + 1000 draws: min / median bulk ESS per second,
+  compile included (first fit of the model) and excluded (a second fit: the potential is cached),
+  posterior means against the exact posterior (max |error| in Monte Carlo standard errors).
+* ``bnn``: bnn-regressor 1-50-1 on ``sine``: time per leapfrog step (every potential-and-gradient
+  evaluation counted, warm-up included) against one bare potential+gradient evaluation (the floor).
+* ``schools``: non-centred eight schools, 4 chains x (1000 + 1000): wall seconds, divergences.
+* ``demo``: ``make demo``'s fit, ``pyro_bdl``'s NUTS on the embedded ``linear`` set (2 chains).
+
+Every line "ratio ..." is measured in this run; nothing here is asserted (tests/test_benchmarks.py
+checks that it runs and that posterior means agree).  Results: benchmarks/RESULTS.md.
+
+Example: ``python benchmarks/speed_mcmc.py --threads 1`` (about 10 minutes), ``--quick`` (a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+import numpy as np
+
+
+def _ess_summary(draws: dict) -> tuple[float, float]:
+    """min and median bulk ESS over every coordinate of every site; draws site -> (chains, draws, ...)."""
+    import arviz as az
+
+    values = []
+    for v in draws.values():
+        v = np.asarray(v, dtype=np.float64)
+        flat = v.reshape(v.shape[0], v.shape[1], -1)
+        values += [float(az.ess(flat[:, :, j], method="bulk")) for j in range(flat.shape[2])]
+    return float(np.min(values)), float(np.median(values))
+
+
+class _Counter:
+    """Counts potential-and-gradient evaluations (leapfrog steps) of a zoo potential or of Pyro's integrator."""
+
+    def __init__(self):
+        self.n = 0
+
+
+def _count_pyro_leapfrogs(counter):
+    import pyro.ops.integrator as integrator
+
+    original = integrator.potential_grad
+
+    def counting(*args, **kwargs):
+        counter.n += 1
+        return original(*args, **kwargs)
+
+    integrator.potential_grad = counting
+    return lambda: setattr(integrator, "potential_grad", original)
+
+
+def _count_zoo_leapfrogs(counter):
+    from pyro_bdl.inference.potential import FlatPotential
+
+    original = FlatPotential.value_and_grad
+
+    def counting(self, theta, tensors):
+        counter.n += 1
+        return original(self, theta, tensors)
+
+    FlatPotential.value_and_grad = counting
+    return lambda: setattr(FlatPotential, "value_and_grad", original)
+
+
+def run_zoo(model, data, *, chains, warmup, samples, seed, jit, max_tree_depth=10):
+    import pyro
+
+    from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+
+    counter = _Counter()
+    restore = _count_zoo_leapfrogs(counter)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    try:
+        draws = run_zoo_mcmc("nuts", model, data, samples=samples, warmup=warmup, chains=chains, progress=False,
+                             jit=jit, max_tree_depth=max_tree_depth)
+    finally:
+        restore()
+    seconds = time.perf_counter() - start
+    return {k: v.numpy() for k, v in draws.samples.items()}, draws.sample_stats, seconds, counter.n
+
+
+def run_pyro(model, data, *, chains, warmup, samples, seed, max_tree_depth=10):
+    import pyro
+
+    from pyro_bdl.inference.mcmc import run_mcmc
+
+    counter = _Counter()
+    restore = _count_pyro_leapfrogs(counter)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    try:
+        draws = run_mcmc("nuts", model, data, samples=samples, warmup=warmup, chains=chains, progress=False,
+                         max_tree_depth=max_tree_depth)  # run_mcmc's own default: Pyro's kernel
+    finally:
+        restore()
+    seconds = time.perf_counter() - start
+    return {k: v.numpy() for k, v in draws.samples.items()}, draws.sample_stats, seconds, counter.n
+
+
+def _numpyro():
+    try:
+        import jax  # noqa: F401
+        import numpyro
+    except ImportError:
+        return None
+    numpyro.set_host_device_count(1)
+    return numpyro
+
+
+def run_numpyro(np_model, data, *, chains, warmup, samples, seed):
+    """NumPyro NUTS, chains one after another ("sequential"): (draws, seconds first call, seconds warm)."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    times, draws = [], None
+    mcmc = MCMC(NUTS(np_model), num_warmup=warmup, num_samples=samples, num_chains=chains,
+                chain_method="sequential", progress_bar=False)
+    for _ in range(2):  # the first call compiles, the second reuses the compiled kernel (MCMC's cache)
+        start = time.perf_counter()
+        mcmc.run(jax.random.PRNGKey(seed), **data)
+        jax.block_until_ready(mcmc.get_samples())
+        times.append(time.perf_counter() - start)
+        draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return draws, times[0], times[1]
+
+
+# --- workloads ---------------------------------------------------------------------------------------
+
+def _blr_data(n, d, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g)
+    y = X @ torch.randn(d, generator=g) + 0.5 + torch.randn(n, generator=g)
+    return X, y
+
+
+def workload_blr(args):
+    from pyro_bdl.inference.potential import _CACHE
+    from pyro_bdl.registry import get_model
+
+    n, d = (200, 10) if args.quick else (1000, 10)
+    warmup, samples = (100, 200) if args.quick else (500, 1000)
+    X, y = _blr_data(n, d)
+    spec = get_model("blr")
+    model, data = spec.bind({"noise": 1.0, "prior_scale": 1.0}), {"X": X, "y": y}
+    exact = spec.exact_posterior(X, y, noise=1.0, prior_scale=1.0)
+    print(f"\n== blr: d = {d}, n = {n}, known noise, 1 chain, {warmup} + {samples} draws")
+    rows = {}
+    _CACHE.clear()
+    for label in ("zoo, first fit (compile included)", "zoo, second fit (compile excluded)"):
+        draws, stats, seconds, _ = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=0, jit=args.jit)
+        rows[label] = (draws, seconds, stats)
+    if not args.skip_pyro:
+        draws, stats, seconds, _ = run_pyro(model, data, chains=1, warmup=warmup, samples=samples, seed=0)
+        rows["pyro NUTS (jit=False)"] = (draws, seconds, stats)
+    numpyro = None if args.skip_numpyro else _numpyro()
+    if numpyro is not None:
+        import jax.numpy as jnp
+        import numpyro.distributions as nd
+
+        def np_blr(X, y):
+            w = numpyro.sample("w", nd.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+            b = numpyro.sample("b", nd.Normal(0.0, 1.0))
+            with numpyro.plate("data", X.shape[0]):
+                numpyro.sample("y", nd.Normal(X @ w + b, 1.0), obs=y)
+
+        draws, first, warm = run_numpyro(np_blr, {"X": jnp.asarray(X.numpy()), "y": jnp.asarray(y.numpy())},
+                                         chains=1, warmup=warmup, samples=samples, seed=0)
+        rows["numpyro, first call (compile included)"] = (draws, first, None)
+        rows["numpyro, warm"] = (draws, warm, None)
+    ess_rate = {}
+    for label, (draws, seconds, stats) in rows.items():
+        lo, med = _ess_summary({k: draws[k] for k in ("w", "b")})
+        ess_rate[label] = lo / seconds
+        worst = _worst_error(draws, exact)
+        depth = "" if stats is None else f", mean tree depth {np.mean(stats['tree_depth']):.2f}"
+        print(f"{label:42s} {seconds:7.2f} s  min ESS/s {lo / seconds:8.1f}  median ESS/s {med / seconds:8.1f}  "
+              f"max |mean - exact| = {worst:.2f} MC se{depth}")
+    _means_agree(rows, exact)
+    warm = "numpyro, warm"
+    for label in ess_rate:
+        if label.startswith("zoo") and warm in ess_rate:
+            print(f"ratio zoo/numpyro-warm [blr min ESS/s, {label}] = {ess_rate[label] / ess_rate[warm]:.2f}")
+        if label.startswith("zoo") and "pyro NUTS (jit=False)" in ess_rate:
+            print(f"ratio zoo/pyro [blr min ESS/s, {label}] = {ess_rate[label] / ess_rate['pyro NUTS (jit=False)']:.2f}")
+
+
+def _worst_error(draws, exact):
+    """max over coordinates of |mean - exact mean| / (exact sd / sqrt(bulk ESS))."""
+    import arviz as az
+
+    worst = 0.0
+    for site, (mean, sd) in exact.items():
+        v = np.asarray(draws[site], dtype=np.float64)
+        flat = v.reshape(v.shape[0], v.shape[1], -1)
+        for j in range(flat.shape[2]):
+            ess = float(az.ess(flat[:, :, j]))
+            se = float(sd.reshape(-1)[j]) / math.sqrt(ess)
+            worst = max(worst, abs(flat[:, :, j].mean() - float(mean.reshape(-1)[j])) / se)
+    return worst
+
+
+def _means_agree(rows, exact, k=4.5):
+    bad = [label for label, (draws, _, _) in rows.items() if _worst_error(draws, exact) > k]
+    print("posterior means against the exact posterior: " + ("MISMATCH " + ", ".join(bad) if bad else
+                                                              f"all within {k} MC standard errors"))
+
+
+def workload_bnn(args):
+    import torch
+
+    from pyro_bdl.data import load
+    from pyro_bdl.inference.potential import FlatPotential
+    from pyro_bdl.registry import get_model
+
+    spec = get_model("bnn-regressor")
+    ds = load("sine")
+    X = (ds.X - ds.X.mean(0)) / ds.X.std(0)
+    y = (ds.y - ds.y.mean()) / ds.y.std()
+    model = spec.bind(spec.resolve_options({}))
+    data = {"X": X, "y": y}
+    warmup, samples, depth = (10, 10, 5) if args.quick else (100, 100, 8)
+    print(f"\n== bnn-regressor 1-50-1 on sine ({len(y)} points), 1 chain, {warmup} + {samples} draws, "
+          f"max tree depth {depth}: time per leapfrog step")
+    floors = {}
+    for compile_ in ((False, True) if args.jit or not args.quick else (False,)):
+        potential = FlatPotential(model, data, compile=compile_)
+        theta = 0.1 * torch.randn(1, potential.dim, generator=torch.Generator().manual_seed(0))
+        tensors = potential.data_tensors(data)
+        start = time.perf_counter()
+        potential.value_and_grad(theta, tensors)
+        build = time.perf_counter() - start
+        reps = 50 if args.quick else 500
+        start = time.perf_counter()
+        for _ in range(reps):
+            potential.value_and_grad(theta, tensors)
+        floors[potential.mode] = (time.perf_counter() - start) / reps
+        print(f"floor: one potential+gradient evaluation ({potential.mode}, built in {build:.1f} s): "
+              f"{1e3 * floors[potential.mode]:.3f} ms")
+    per_step = {}
+    _, stats, seconds, steps = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=0,
+                                       jit=args.jit, max_tree_depth=depth)
+    per_step["zoo"] = seconds / steps
+    print(f"zoo NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * per_step['zoo']:.3f} ms per step "
+          f"(first fit: build included), mean tree depth {np.mean(stats['tree_depth']):.2f}")
+    _, stats, seconds, steps = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=1,
+                                       jit=args.jit, max_tree_depth=depth)
+    per_step["zoo warm"] = seconds / steps
+    print(f"zoo NUTS, second fit: {seconds:.1f} s, {steps} steps, {1e3 * per_step['zoo warm']:.3f} ms per step")
+    if not args.skip_pyro:
+        _, stats, seconds, steps = run_pyro(model, data, chains=1, warmup=warmup, samples=samples, seed=0,
+                                            max_tree_depth=depth)
+        per_step["pyro"] = seconds / steps
+        print(f"pyro NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * per_step['pyro']:.3f} ms per step")
+    floor = floors.get("compiled", floors.get("traced"))
+    mode = "compiled" if "compiled" in floors else "traced"
+    for label, value in per_step.items():
+        print(f"ratio {label}/floor({mode}) [bnn time per leapfrog] = {value / floor:.2f}")
+
+
+def eight_schools(y, sigma):
+    import pyro
+    import pyro.distributions as dist
+
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("schools", len(y)):
+        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+        pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
+
+
+def workload_schools(args):
+    import torch
+
+    y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
+    sigma = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
+    data = {"y": torch.tensor(y), "sigma": torch.tensor(sigma)}
+    warmup, samples = (100, 100) if args.quick else (1000, 1000)
+    print(f"\n== eight schools, non-centred, 4 chains x ({warmup} + {samples})")
+    results = {}
+    draws, stats, seconds, _ = run_zoo(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0,
+                                       jit=args.jit)
+    results["zoo (4 chains together)"] = (draws, seconds, int(stats["diverging"].sum()))
+    if not args.skip_pyro:
+        draws, stats, seconds, _ = run_pyro(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0)
+        results["pyro NUTS (one after another)"] = (draws, seconds, int(stats["diverging"].sum()))
+    numpyro = None if args.skip_numpyro else _numpyro()
+    if numpyro is not None:
+        import jax.numpy as jnp
+        import numpyro.distributions as nd
+
+        def np_schools(y, sigma):
+            mu = numpyro.sample("mu", nd.Normal(0.0, 5.0))
+            tau = numpyro.sample("tau", nd.HalfCauchy(5.0))
+            with numpyro.plate("schools", len(y)):
+                eta = numpyro.sample("eta", nd.Normal(0.0, 1.0))
+                numpyro.sample("obs", nd.Normal(mu + tau * eta, sigma), obs=y)
+
+        draws, first, warm = run_numpyro(np_schools, {"y": jnp.asarray(y), "sigma": jnp.asarray(sigma)}, chains=4,
+                                         warmup=warmup, samples=samples, seed=0)
+        results["numpyro, first call (sequential chains)"] = (draws, first, None)
+        results["numpyro, warm"] = (draws, warm, None)
+    for label, (draws, seconds, divergences) in results.items():
+        lo, _ = _ess_summary({k: draws[k] for k in ("mu", "tau")})
+        print(f"{label:42s} {seconds:7.2f} s  min ESS/s (mu, tau) {lo / seconds:8.1f}  mu mean "
+              f"{np.mean(draws['mu']):6.2f}  tau mean {np.mean(draws['tau']):5.2f}  divergences {divergences}")
+    first = next(iter(results))
+    for label in list(results)[1:]:
+        print(f"ratio zoo/{label.split(',')[0].split(' (')[0]} [schools wall seconds] = "
+              f"{results[first][1] / results[label][1]:.2f}")
+
+
+def workload_demo(args):
+    import pyro_bdl
+
+    print("\n== make demo's fit: blr on the embedded linear set, NUTS defaults (2 chains, 500 + 1000)")
+    settings = {"samples": 100, "warmup": 100} if args.quick else {}
+    seconds = {}
+    for kernel in ("zoo", "pyro") if not args.skip_pyro else ("zoo",):
+        start = time.perf_counter()
+        result = pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, kernel=kernel, **settings)
+        seconds[kernel] = time.perf_counter() - start
+        print(f"kernel={kernel}: {seconds[kernel]:.1f} s, divergences {result.info['divergences']}, "
+              f"min bulk ESS {result.info.get('min_ess_bulk', float('nan')):.0f}")
+    if "pyro" in seconds:
+        print(f"ratio zoo/pyro [demo fit seconds] = {seconds['zoo'] / seconds['pyro']:.2f}")
+
+
+WORKLOADS = {"blr": workload_blr, "bnn": workload_bnn, "schools": workload_schools, "demo": workload_demo}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny runs (the smoke test)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--jit", action="store_true", help="torch.compile the zoo's potential (else TorchScript)")
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--skip-pyro", action="store_true")
+    parser.add_argument("--skip-numpyro", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, threads {args.threads}, zoo potential {'compiled' if args.jit else 'traced'}, "
+          f"numpyro {'installed' if _numpyro() is not None else 'not installed'}")
+    for name in args.workloads:
+        WORKLOADS[name](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+r"""The zoo's NUTS and HMC: iterative trees, chains advanced together as one batch.
+
+One draw of NUTS (Hoffman & Gelman 2014, multinomial sampling and the generalised no-U-turn
+criterion as in Stan and NumPyro's iterative NUTS) doubles a trajectory until it turns back on
+itself.  Here the tree is built without recursion: a new subtree of 2^j leapfrog steps is walked leaf
+by leaf, with the momenta and momentum sums of its even leaves kept in preallocated checkpoint
+arrays (NumPyro's ``_iterative_build_subtree``), so every U-turn inside the subtree is checked from
+them at its odd leaves.  All chains walk their trees in lockstep: at each leaf one batched
+leapfrog step (one batched potential-and-gradient call, :mod:`pyro_bdl.inference.potential`) moves
+every chain still building, and masks freeze the chains whose tree has stopped; a draw costs the
+longest tree among the chains.
+
+Plain HMC takes ``round(pi/2 / step_size)`` leapfrog steps (trajectory length pi/2, as the ``hmc``
+method with Pyro's kernel) and a Metropolis correction.
+
+Warm-up is Stan's: dual averaging of the step size towards ``target_accept`` (gamma 0.05, t0 10,
+kappa 0.75), and the inverse mass matrix (diagonal, or dense with ``full_mass``) estimated from the
+draws of windows of doubling length between an initial buffer of 75 and a final one of 50 draws
+(15 % / 10 % of a short warm-up), regularised towards 1e-3 I as Stan does; after each window the step
+size is found again (Hoffman & Gelman's heuristic) and dual averaging restarts.  Each chain adapts its
+own step size and mass matrix.
+
+A transition diverges when the energy error of any leapfrog step exceeds 1000 (or is not finite).
+
+Example
+-------
+>>> import torch, pyro, pyro.distributions as dist
+>>> def model(y):
+...     mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+...     with pyro.plate("data", len(y)):
+...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+>>> from pyro_bdl.inference.potential import FlatPotential
+>>> pot = FlatPotential(model, {"y": torch.ones(10)}, compile=False)
+>>> out = sample(pot, pot.data_tensors({"y": torch.ones(10)}), chains=2, warmup=50, samples=20, seed=0)
+>>> out.theta.shape, sorted(out.stats)
+(torch.Size([2, 20, 1]), ['diverging', 'lp', 'n_steps', 'step_size', 'tree_depth'])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY"]
+
+#: An energy error above this marks a divergent transition (Stan's and Pyro's threshold).
+MAX_DELTA_ENERGY = 1000.0
+_HMC_TRAJECTORY = math.pi / 2
+
+
+@dataclass
+class Chains:
+    """What :func:`sample` returns: ``theta`` (chains, draws, D) unconstrained draws, ``stats`` per-draw
+    arrays (chains, draws) (``diverging``, ``step_size``, ``n_steps``, ``tree_depth`` (NUTS), ``lp``),
+    ``accept`` the mean acceptance statistic of the sampling phase per chain (chains,)."""
+
+    theta: torch.Tensor
+    stats: dict
+    accept: np.ndarray
+
+
+# --- Hamiltonian dynamics on a batch of chains --------------------------------------------------
+
+class _Dynamics:
+    """Potential, kinetic energy and leapfrog for chains (C, D) with per-chain inverse mass matrices."""
+
+    def __init__(self, potential, tensors, inverse_mass):
+        self.potential, self.tensors = potential, tensors
+        self.set_mass(inverse_mass)
+
+    def set_mass(self, inverse_mass):
+        self.inverse_mass = inverse_mass  # (C, D) diagonal or (C, D, D) dense
+        self.dense = inverse_mass.dim() == 3
+        if self.dense:  # r ~ N(0, M), M = inverse_mass^-1 = L L^T
+            self._chol_mass = torch.linalg.cholesky(torch.linalg.inv(inverse_mass))
+        else:
+            self._sd_mass = inverse_mass.rsqrt()
+
+    def value_and_grad(self, z):
+        u, g = self.potential.value_and_grad(z, self.tensors)
+        return u.detach(), g.detach()
+
+    def velocity(self, r):
+        if self.dense:
+            return (self.inverse_mass @ r.unsqueeze(-1)).squeeze(-1)
+        return self.inverse_mass * r
+
+    def kinetic(self, r):
+        return 0.5 * (r * self.velocity(r)).sum(-1)
+
+    def momentum(self, generator, like):
+        eps = torch.randn(like.shape, generator=generator, dtype=like.dtype)
+        if self.dense:
+            return (self._chol_mass @ eps.unsqueeze(-1)).squeeze(-1)
+        return eps * self._sd_mass
+
+    def leapfrog(self, z, r, g, step):
+        """One velocity-Verlet step of signed size ``step`` (C, 1): -> z, r, U, grad."""
+        r = r - 0.5 * step * g
+        z = z + step * self.velocity(r)
+        u, g = self.value_and_grad(z)
+        r = r - 0.5 * step * g
+        return z, r, u, g
+
+
+def _where(mask, a, b):
+    """Per-chain select: mask (C,) against tensors (C, ...)."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+
+def _energy_error(dyn, u, r, h0):
+    dh = u + dyn.kinetic(r) - h0
+    return torch.where(torch.isnan(dh), torch.full_like(dh, math.inf), dh)
+
+
+def _is_turning(dyn, r_left, r_right, r_sum):
+    """NumPyro's generalised no-U-turn criterion (Betancourt 2017, A.4.2), per chain."""
+    rho = r_sum - 0.5 * (r_left + r_right)
+    return ((dyn.velocity(r_left) * rho).sum(-1) <= 0) | ((dyn.velocity(r_right) * rho).sum(-1) <= 0)
+
+
+def _checkpoint_range(n: int) -> tuple[int, int]:
+    """For leaf n of a subtree: the checkpoints its U-turn checks use (idx_min, idx_max), as NumPyro's
+    ``_leaf_idx_to_ckpt_idxs``; an even leaf stores its momentum at idx_max (and checks nothing)."""
+    idx_max = bin(n >> 1).count("1")
+    ones = 0
+    while (n >> ones) & 1:
+        ones += 1
+    return idx_max - ones + 1, idx_max
+
+
+# --- one transition -------------------------------------------------------------------------------
+
+def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
+    """One NUTS draw for every chain: -> (z, u, g) of the draws and per-chain statistics."""
+    C = z.shape[0]
+    r0 = dyn.momentum(generator, z)
+    h0 = u + dyn.kinetic(r0)
+    left, right = (z, r0, g), (z, r0, g)
+    prop = (z, u, g)
+    log_w = torch.zeros(C, dtype=z.dtype)
+    r_sum = r0.clone()
+    active = torch.ones(C, dtype=torch.bool)
+    depth = torch.zeros(C, dtype=torch.long)
+    n_steps = torch.zeros(C, dtype=torch.long)
+    diverging = torch.zeros(C, dtype=torch.bool)
+    sum_accept = torch.zeros(C, dtype=z.dtype)
+    r_ckpts = z.new_zeros((max_depth,) + z.shape)
+    r_sum_ckpts = z.new_zeros((max_depth,) + z.shape)
+    for j in range(max_depth):
+        if not bool(active.any()):
+            break
+        right_way = torch.rand(C, generator=generator) < 0.5
+        step = torch.where(right_way, step_size, -step_size).unsqueeze(-1).to(z.dtype)
+        zc, rc, gc = (_where(right_way, a, b) for a, b in zip(right, left))
+        s_log_w = torch.full((C,), -math.inf, dtype=z.dtype)
+        s_r_sum = torch.zeros_like(z)
+        s_prop = (zc, u, gc)
+        s_turning = torch.zeros(C, dtype=torch.bool)
+        s_diverging = torch.zeros(C, dtype=torch.bool)
+        building = active.clone()
+        for n in range(2 ** j):
+            if n > 0 and not bool(building.any()):
+                break
+            zn, rn, un, gn = dyn.leapfrog(zc, rc, gc, step)
+            dh = _energy_error(dyn, un, rn, h0)
+            zc, rc, gc = _where(building, zn, zc), _where(building, rn, rc), _where(building, gn, gc)
+            n_steps += building
+            sum_accept += torch.where(building, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
+            # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
+            new_log_w = torch.logaddexp(s_log_w, -dh)
+            take = building & (torch.rand(C, generator=generator) < torch.exp(-dh - new_log_w))
+            s_prop = tuple(_where(take, a, b) for a, b in zip((zn, un, gn), s_prop))
+            s_log_w = torch.where(building, new_log_w, s_log_w)
+            s_r_sum = s_r_sum + _where(building, rn, torch.zeros_like(rn))
+            idx_min, idx_max = _checkpoint_range(n)
+            if n % 2 == 0:
+                r_ckpts[idx_max] = _where(building, rn, r_ckpts[idx_max])
+                r_sum_ckpts[idx_max] = _where(building, s_r_sum, r_sum_ckpts[idx_max])
+            for i in range(idx_max, idx_min - 1, -1):
+                sub_sum = s_r_sum - r_sum_ckpts[i] + r_ckpts[i]
+                s_turning |= building & _is_turning(dyn, r_ckpts[i], rn, sub_sum)
+            s_diverging |= building & (dh > MAX_DELTA_ENERGY)
+            building = building & ~s_turning & ~s_diverging
+        # merge the subtree into the tree (biased progressive sampling: a subtree that turned or
+        # diverged is never moved to)
+        end = (zc, rc, gc)
+        right = tuple(_where(active & right_way, a, b) for a, b in zip(end, right))
+        left = tuple(_where(active & ~right_way, a, b) for a, b in zip(end, left))
+        p_move = torch.where(s_turning | s_diverging, torch.zeros_like(log_w),
+                             torch.exp(torch.clamp(s_log_w - log_w, max=0.0)))
+        move = active & (torch.rand(C, generator=generator) < p_move)
+        prop = tuple(_where(move, a, b) for a, b in zip(s_prop, prop))
+        log_w = torch.where(active, torch.logaddexp(log_w, s_log_w), log_w)
+        r_sum = r_sum + _where(active, s_r_sum, torch.zeros_like(s_r_sum))
+        depth += active
+        diverging |= active & s_diverging
+        turning = s_turning | _is_turning(dyn, left[1], right[1], r_sum)
+        active = active & ~turning & ~s_diverging
+    stats = {"diverging": diverging, "n_steps": n_steps, "tree_depth": depth,
+             "accept": sum_accept / n_steps.clamp(min=1)}
+    return prop, stats
+
+
+def _hmc_transition(dyn, z, u, g, step_size, generator, max_steps):
+    """One HMC draw per chain: round(pi/2 / step_size) leapfrog steps (at most ``max_steps``), then a
+    Metropolis correction."""
+    C = z.shape[0]
+    n_steps = torch.clamp(torch.round(_HMC_TRAJECTORY / step_size), 1, max_steps).long()
+    r = dyn.momentum(generator, z)
+    h0 = u + dyn.kinetic(r)
+    step = step_size.unsqueeze(-1).to(z.dtype)
+    zc, rc, uc, gc = z, r, u, g
+    diverging = torch.zeros(C, dtype=torch.bool)
+    for t in range(int(n_steps.max())):
+        moving = (t < n_steps) & ~diverging
+        if not bool(moving.any()):
+            break
+        zn, rn, un, gn = dyn.leapfrog(zc, rc, gc, step)
+        zc, rc, gc = _where(moving, zn, zc), _where(moving, rn, rc), _where(moving, gn, gc)
+        uc = torch.where(moving, un, uc)
+        diverging |= moving & (_energy_error(dyn, un, rn, h0) > MAX_DELTA_ENERGY)
+    dh = _energy_error(dyn, uc, rc, h0)
+    accept_prob = torch.where(diverging, torch.zeros_like(dh), torch.exp(torch.clamp(-dh, max=0.0)))
+    accept = torch.rand(C, generator=generator) < accept_prob
+    prop = tuple(_where(accept, a, b) for a, b in zip((zc, uc, gc), (z, u, g)))
+    return prop, {"diverging": diverging, "n_steps": n_steps, "accept": accept_prob}
+
+
+# --- warm-up ----------------------------------------------------------------------------------------
+
+def adaptation_windows(warmup: int) -> list[tuple[int, int]]:
+    """Stan's slow (mass matrix) windows as (first, last) warm-up iterations, both included.
+
+    >>> adaptation_windows(500)
+    [(75, 99), (100, 149), (150, 249), (250, 449)]
+    """
+    if warmup < 20:
+        return []
+    start, end, window = 75, 50, 25
+    if start + end + window > warmup:
+        start, end = int(0.15 * warmup), int(0.1 * warmup)
+        window = warmup - start - end
+    windows, first, last_start = [], start, warmup - end
+    while first < last_start:
+        size = window
+        if 3 * size <= last_start - first:
+            window = 2 * size
+        else:
+            size = last_start - first
+        windows.append((first, first + size - 1))
+        first += size
+    return windows
+
+
+class _DualAveraging:
+    """Nesterov dual averaging of log step size (Hoffman & Gelman 2014, section 3.2), per chain."""
+
+    def __init__(self, step_size, target):
+        self.target = target
+        self.restart(step_size)
+
+    def restart(self, step_size):
+        self.mu = torch.log(10 * step_size)
+        self.t = 0
+        self.h_bar = torch.zeros_like(step_size)
+        self.x_bar = torch.zeros_like(step_size)
+
+    def update(self, accept):
+        """-> the step size for the next warm-up draw."""
+        self.t += 1
+        eta = 1.0 / (self.t + 10)
+        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept)
+        log_step = self.mu - math.sqrt(self.t) / 0.05 * self.h_bar
+        weight = self.t ** -0.75
+        self.x_bar = weight * log_step + (1 - weight) * self.x_bar
+        return torch.exp(log_step)
+
+    def final(self):
+        return torch.exp(self.x_bar)
+
+
+def _reasonable_step_size(dyn, z, u, g, step_size, generator):
+    """Hoffman & Gelman's heuristic, per chain: double (or halve) the step until the acceptance of one
+    leapfrog step crosses 0.8 (Pyro's and Stan's threshold)."""
+    threshold = math.log(0.8)
+
+    def log_accept(step):
+        r = dyn.momentum(generator, z)
+        zn, rn, un, gn = dyn.leapfrog(z, r, g, step.unsqueeze(-1).to(z.dtype))
+        return -_energy_error(dyn, un, rn, u + dyn.kinetic(r))
+
+    direction = torch.where(log_accept(step_size) > threshold, 2.0, 0.5).to(step_size.dtype)
+    searching = torch.ones_like(step_size, dtype=torch.bool)
+    for _ in range(100):
+        trial = torch.where(searching, step_size * direction, step_size)
+        still = torch.where(log_accept(trial) > threshold, 2.0, 0.5).to(step_size.dtype) == direction
+        step_size = trial
+        searching &= still & (step_size > 1e-10) & (step_size < 1e10)
+        if not bool(searching.any()):
+            break
+    return step_size
+
+
+class _MassWindow:
+    """Welford estimate of the draws' covariance (or variance) in one window, per chain."""
+
+    def __init__(self, chains, dim, dense):
+        self.dense, self.n = dense, 0
+        self.mean = torch.zeros(chains, dim, dtype=torch.float64)
+        self.m2 = torch.zeros((chains, dim, dim) if dense else (chains, dim), dtype=torch.float64)
+
+    def add(self, z):
+        z = z.double()
+        self.n += 1
+        delta = z - self.mean
+        self.mean += delta / self.n
+        delta2 = z - self.mean
+        self.m2 += delta.unsqueeze(-1) * delta2.unsqueeze(-2) if self.dense else delta * delta2
+
+    def inverse_mass(self, dtype):
+        """Stan's regularised estimate: n/(n+5) cov + 1e-3 * 5/(n+5) I."""
+        n = self.n
+        cov = self.m2 / max(n - 1, 1)
+        shrink = 1e-3 * 5.0 / (n + 5.0)
+        if self.dense:
+            eye = torch.eye(cov.shape[-1], dtype=cov.dtype)
+            return (n / (n + 5.0) * cov + shrink * eye).to(dtype)
+        return (n / (n + 5.0) * cov + shrink).to(dtype)
+
+
+# --- the sampler --------------------------------------------------------------------------------
+
+def _initial_points(dyn, chains, dim, dtype, generator, tries=100):
+    """Uniform(-2, 2) in unconstrained space (Pyro's init_to_uniform), redrawn where U or its gradient
+    is not finite."""
+    z = torch.rand(chains, dim, generator=generator, dtype=dtype) * 4 - 2
+    for _ in range(tries):
+        u, g = dyn.value_and_grad(z)
+        bad = ~(torch.isfinite(u) & torch.isfinite(g).all(-1))
+        if not bool(bad.any()):
+            return z, u, g
+        z = _where(bad, torch.rand(chains, dim, generator=generator, dtype=dtype) * 4 - 2, z)
+    raise ValueError(f"no initial point with a finite potential and gradient in {tries} draws from "
+                     "Uniform(-2, 2) in unconstrained space: check the model's log density")
+
+
+def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel: str = "nuts",
+           target_accept: float = 0.8, max_tree_depth: int = 10, full_mass: bool = False, seed: int = 0,
+           progress: bool = False) -> Chains:
+    """Run ``chains`` chains together: ``warmup`` adapted draws (discarded), then ``samples`` draws.
+
+    ``potential``: a :class:`~pyro_bdl.inference.potential.FlatPotential`; ``tensors``: its data tensors
+    (``potential.data_tensors(data)``).  ``kernel``: "nuts" or "hmc" (trajectory length pi/2, at most
+    2^max_tree_depth steps).  The same ``seed`` gives the same draws.
+    """
+    if kernel not in ("nuts", "hmc"):
+        raise ValueError(f"unknown kernel '{kernel}': 'nuts' or 'hmc'")
+    generator = torch.Generator().manual_seed(seed)
+    dim, dtype = potential.dim, potential.dtype
+    dense = bool(full_mass)
+    inverse_mass = (torch.eye(dim, dtype=dtype).expand(chains, dim, dim).clone() if dense
+                    else torch.ones(chains, dim, dtype=dtype))
+    dyn = _Dynamics(potential, tensors, inverse_mass)
+    z, u, g = _initial_points(dyn, chains, dim, dtype, generator)
+    step_size = torch.ones(chains, dtype=torch.float64)
+    if warmup > 0:
+        step_size = _reasonable_step_size(dyn, z, u, g, step_size, generator)
+    averaging = _DualAveraging(step_size, target_accept)
+    windows = {last: first for first, last in adaptation_windows(warmup)}
+    window_firsts = set(windows.values())
+    mass_window = None
+
+    def transition(z, u, g, step_size):
+        if kernel == "nuts":
+            return _nuts_transition(dyn, z, u, g, step_size, generator, max_tree_depth)
+        return _hmc_transition(dyn, z, u, g, step_size, generator, 2 ** max_tree_depth)
+
+    theta = torch.empty(chains, samples, dim, dtype=dtype)
+    rows = {key: [] for key in ("diverging", "step_size", "n_steps", "tree_depth", "lp")}
+    if kernel != "nuts":
+        del rows["tree_depth"]
+    accept_sum = torch.zeros(chains, dtype=torch.float64)
+    iterations = range(warmup + samples)
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterations = tqdm(iterations, desc=f"{kernel} ({chains} chains)")
+    for i in iterations:
+        (z, u, g), stats = transition(z, u, g, step_size)
+        if i < warmup:
+            step_size = averaging.update(stats["accept"].double())
+            if i in window_firsts:
+                mass_window = _MassWindow(chains, dim, dense)
+            if mass_window is not None:
+                mass_window.add(z)
+            if i in windows:
+                dyn.set_mass(mass_window.inverse_mass(dtype))
+                mass_window = None
+                step_size = _reasonable_step_size(dyn, z, u, g, step_size, generator)
+                averaging.restart(step_size)
+            if i == warmup - 1:
+                step_size = averaging.final()
+            continue
+        k = i - warmup
+        theta[:, k] = z
+        accept_sum += stats["accept"].double()
+        rows["diverging"].append(stats["diverging"].numpy().copy())
+        rows["step_size"].append(step_size.numpy().copy())
+        rows["n_steps"].append(stats["n_steps"].numpy().copy())
+        rows["lp"].append((-u).double().numpy().copy())
+        if kernel == "nuts":
+            rows["tree_depth"].append(stats["tree_depth"].numpy().copy())
+    out = {key: np.stack(value, axis=1) for key, value in rows.items()}
+    return Chains(theta, out, (accept_sum / max(samples, 1)).numpy())

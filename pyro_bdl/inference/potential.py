@@ -1,0 +1,250 @@
+r"""The potential of a Pyro model on one flat unconstrained vector, for Hamiltonian samplers.
+
+:class:`FlatPotential` traces a model once, finds its latent sites, and maps each to unconstrained
+space with Pyro's own bijections (``biject_to(site.support)``, the transforms Pyro's NUTS uses).  A
+point is one vector ``theta`` of D coordinates; the potential is
+
+.. math::
+
+    U(\theta) = -\log p(y, T(\theta)) - \log\,\lvert\det J_T(\theta)\rvert .
+
+:meth:`FlatPotential.value_and_grad` evaluates U and its gradient for a batch of points (one per
+chain), shape (chains, D) -> ((chains,), (chains, D)).  The batched function is built once per model,
+non-tensor settings and data shapes (:func:`flat_potential` caches it across chains and fits):
+``torch.func.vmap(torch.func.grad_and_value(U))`` is traced to one graph of tensor operations
+(``make_fx``: Pyro's effect handlers run once, at the trace, not at every leapfrog step), with the
+data tensors as inputs of the graph, and that graph is compiled with ``torch.compile`` (``compile=True``;
+it takes seconds to a minute to compile) or run as TorchScript (``compile=False``: built in well under a
+second; see benchmarks/RESULTS.md for both).  Where a step
+fails for a model (a model that reads values into Python, say), the next simpler form is used, with
+one warning naming the failure: the traced graph without compiling, then eager ``vmap``, then a loop
+over chains.
+
+Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
+site.
+
+Example
+-------
+>>> import torch, pyro, pyro.distributions as dist
+>>> def model(y):
+...     s = pyro.sample("s", dist.HalfNormal(1.0))
+...     with pyro.plate("data", len(y)):
+...         pyro.sample("y", dist.Normal(0.0, s), obs=y)
+>>> pot = FlatPotential(model, {"y": torch.randn(20)}, compile=False)
+>>> pot.dim
+1
+>>> u, g = pot.value_and_grad(torch.zeros(3, 1))  # three chains at s = 1
+>>> u.shape, g.shape
+(torch.Size([3]), torch.Size([3, 1]))
+>>> float(pot.unpack(torch.zeros(3, 1))["s"][0])
+1.0
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch.distributions import biject_to
+
+import pyro
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+
+__all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]
+
+
+class PotentialCompileWarning(UserWarning):
+    """The potential did not compile (or trace) for this model; a slower form is used."""
+
+
+class FlatPotential:
+    """U(theta) and its gradient on flat unconstrained vectors; see the module docstring.
+
+    Parameters
+    ----------
+    model : a Pyro model, called as ``model(**data)``.
+    data : its keyword arguments; tensors among them become inputs of the traced graph.
+    compile : whether to ``torch.compile`` the traced graph (else it runs as traced).
+    """
+
+    def __init__(self, model, data: dict, *, compile: bool = True):
+        self.model, self.compile = model, compile
+        self._tensor_keys = [k for k, v in data.items() if isinstance(v, torch.Tensor)]
+        self._static = {k: v for k, v in data.items() if k not in self._tensor_keys}
+        with torch.no_grad(), pyro.validation_enabled(False):
+            trace = poutine.trace(model).get_trace(**data)
+        self.has_params = any(site["type"] == "param" for site in trace.nodes.values())
+        self.sites, self.shapes, self.transforms, self.sizes = [], {}, {}, {}
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                continue
+            if site["infer"].get("is_auxiliary"):
+                continue
+            support = site["fn"].support
+            if support.is_discrete:
+                raise ValueError(f"latent site '{name}' is discrete ({type(site['fn']).__name__}): the zoo's NUTS "
+                                 "samples continuous sites only; use kernel='pyro' (it enumerates discrete sites)")
+            transform = biject_to(support)
+            unconstrained = transform.inv(site["value"])
+            self.sites.append(name)
+            self.transforms[name] = transform
+            self.shapes[name] = (tuple(site["value"].shape), tuple(unconstrained.shape))
+            self.sizes[name] = unconstrained.numel()
+        if not self.sites:
+            raise ValueError("the model has no latent sample site: nothing for NUTS to sample")
+        self.dim = sum(self.sizes.values())
+        self.dtype = next(iter(trace.nodes[s]["value"] for s in self.sites)).dtype
+        self._batched = None
+        self._mode = None
+
+    # --- the single-point potential ------------------------------------------------------------
+    def _split(self, theta: torch.Tensor) -> dict:
+        """theta (..., D) -> site -> unconstrained value (..., *unconstrained_shape)."""
+        out, start = {}, 0
+        for name in self.sites:
+            n = self.sizes[name]
+            out[name] = theta[..., start:start + n].reshape(tuple(theta.shape[:-1]) + self.shapes[name][1])
+            start += n
+        return out
+
+    def _potential(self, theta: torch.Tensor, *tensors) -> torch.Tensor:
+        """U at one point theta (D,), the data tensors given positionally (so a trace takes them as inputs)."""
+        data = {**self._static, **dict(zip(self._tensor_keys, tensors))}
+        values, log_det = {}, theta.new_zeros(())
+        for name, u in self._split(theta).items():
+            x = self.transforms[name](u)
+            values[name] = x
+            log_det = log_det + self.transforms[name].log_abs_det_jacobian(u, x).sum()
+        with pyro.validation_enabled(False):
+            trace = poutine.trace(poutine.condition(self.model, data=values)).get_trace(**data)
+            log_joint = trace.log_prob_sum()
+        return -(log_joint + log_det)
+
+    # --- public ---------------------------------------------------------------------------------
+    def unpack(self, theta: torch.Tensor) -> dict:
+        """theta (..., D) -> site -> constrained value (..., *site_shape)."""
+        with torch.no_grad():
+            return {name: self.transforms[name](u) for name, u in self._split(theta).items()}
+
+    def pack(self, values: dict) -> torch.Tensor:
+        """Constrained site values (..., *site_shape) -> theta (..., D); inverse of :meth:`unpack`."""
+        parts = []
+        for name in self.sites:
+            u = self.transforms[name].inv(values[name])
+            parts.append(u.reshape(*u.shape[:u.dim() - len(self.shapes[name][1])], -1))
+        return torch.cat(parts, -1)
+
+    def value_and_grad(self, theta: torch.Tensor, tensors: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """U (chains,) and dU/dtheta (chains, D) at theta (chains, D); ``tensors``: the data tensors in
+        the order of the model's keyword arguments (:meth:`data_tensors`)."""
+        if self._batched is None:
+            self._build(theta, tensors)
+        grad, value = self._batched(theta, *tensors)
+        return value, grad
+
+    def data_tensors(self, data: dict) -> tuple:
+        """The tensors of ``data``, in the order :meth:`value_and_grad` takes them."""
+        return tuple(data[k] for k in self._tensor_keys)
+
+    @property
+    def mode(self) -> str:
+        """How the potential runs: 'compiled', 'traced', 'vmap' or 'loop' (None before the first call)."""
+        return self._mode
+
+    # --- building the batched function, simplest fallback last ----------------------------------
+    def _build(self, theta, tensors):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        vmapped = torch.func.vmap(torch.func.grad_and_value(self._potential), in_dims=(0,) + (None,) * len(tensors))
+        try:
+            reference = vmapped(theta, *tensors)
+        except Exception as error:  # noqa: BLE001 - any failure of vmap: a loop over chains still works
+            self._fallback("loop", f"torch.func.vmap failed ({type(error).__name__}: {error})")
+            single = torch.func.grad_and_value(self._potential)
+
+            def loop(theta, *tensors):
+                pairs = [single(t, *tensors) for t in theta]
+                return torch.stack([g for g, _ in pairs]), torch.stack([v for _, v in pairs])
+
+            self._batched = loop
+            return
+        try:
+            graph = make_fx(vmapped)(theta, *tensors)
+            graph.graph.eliminate_dead_code()
+            graph.recompile()
+            _check_same(graph(theta, *tensors), reference)
+        except Exception as error:  # noqa: BLE001
+            self._fallback("vmap", f"tracing the potential failed ({type(error).__name__}: {error})")
+            self._batched = vmapped
+            return
+        if not self.compile:  # TorchScript runs the graph's operations without Python between them
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
+                    scripted = torch.jit.trace(graph, (theta, *tensors), check_trace=False)
+                _check_same(scripted(theta, *tensors), reference)
+                graph = scripted
+            except Exception:  # noqa: BLE001 - the FX graph itself is as correct, a little slower
+                pass
+            self._batched, self._mode = graph, "traced"
+            return
+        try:
+            compiled = torch.compile(graph, dynamic=False)
+            _check_same(compiled(theta, *tensors), reference)
+        except Exception as error:  # noqa: BLE001
+            self._fallback("traced", f"torch.compile failed ({type(error).__name__}: {str(error)[:300]})")
+            self._batched = graph
+            return
+        self._batched, self._mode = compiled, "compiled"
+
+    def _fallback(self, mode, reason):
+        self._mode = mode
+        warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
+                      stacklevel=4)
+
+
+def _check_same(got, want):
+    for a, b in zip(got, want):
+        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True):
+            raise RuntimeError("the traced potential disagrees with the eager one")
+
+
+def _hashable(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_hashable(v) for v in value)
+    return ("id", id(value))  # an object: the same object only
+
+
+def _model_key(model):
+    if isinstance(model, functools.partial):
+        return (_model_key(model.func), tuple(_hashable(a) for a in model.args),
+                tuple(sorted((k, _hashable(v)) for k, v in model.keywords.items())))
+    return ("id", id(model))
+
+
+_CACHE: dict = {}
+_CACHE_SIZE = 16
+
+
+def flat_potential(model, data: dict, chains: int, *, compile: bool = True) -> FlatPotential:
+    """The :class:`FlatPotential` of ``model`` on ``data``, shared with earlier calls on the same model
+    (the same function, or a ``functools.partial`` of it with equal simple arguments), the same
+    non-tensor data, the same data shapes and dtypes and the same number of chains.  A model that reads
+    ``pyro.param`` values is not shared (the traced graph holds those values)."""
+    shapes = tuple((k, tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (k, _hashable(v))
+                   for k, v in sorted(data.items()))
+    key = (_model_key(model), shapes, chains, compile)
+    potential = _CACHE.get(key)
+    if potential is not None and potential.model is not model and isinstance(model, functools.partial):
+        potential.model = model  # same function and arguments: the traced graph is the same
+    if potential is None:
+        potential = FlatPotential(model, data, compile=compile)
+        if not potential.has_params:  # it holds the model, so an id in the key is not reused while cached
+            _CACHE[key] = potential
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+    return potential

@@ -1,0 +1,266 @@
+"""The zoo's NUTS / HMC kernel (pyro_bdl.inference.nuts_kernel) and flat potential (potential.py).
+
+Statistical checks use Monte Carlo error, never tuned numbers: a mean estimated from draws of
+effective sample size ESS (ArviZ's bulk ESS, measured) has standard error sd / sqrt(ESS); checks allow
+K = 4.5 standard errors (two-sided probability below 1e-5 per check for a correct sampler).  Two
+samplers agree when their means differ by less than K * sqrt(se_1^2 + se_2^2).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+
+import pyro
+import pyro.distributions as dist
+
+from pyro_bdl.inference.nuts_kernel import sample
+from pyro_bdl.inference.potential import FlatPotential, PotentialCompileWarning, flat_potential
+from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+from pyro_bdl.registry import get_model
+
+from problems import PROBLEMS
+
+K = 4.5
+
+
+def _run(model, data, *, chains=2, warmup=300, samples=500, seed=0, **settings):
+    """Constrained draws site -> (chains, draws, *shape) as float64 numpy, and the sampler's output."""
+    potential = FlatPotential(model, data, compile=False)
+    out = sample(potential, potential.data_tensors(data), chains=chains, warmup=warmup, samples=samples,
+                 seed=seed, **settings)
+    return {k: v.double().numpy() for k, v in potential.unpack(out.theta).items()}, out
+
+
+def _flat(draws):
+    return draws.reshape(draws.shape[0], draws.shape[1], -1)
+
+
+def _mean_se(draws):
+    """Per-coordinate mean and its Monte Carlo standard error sd / sqrt(bulk ESS)."""
+    flat = _flat(draws)
+    ess = np.array([float(az.ess(flat[:, :, j])) for j in range(flat.shape[2])])
+    return flat.mean((0, 1)), flat.std((0, 1), ddof=1) / np.sqrt(ess)
+
+
+def _check_exact(draws, exact):
+    for site, (mean, sd) in exact.items():
+        est, se = _mean_se(draws[site])
+        sd = sd.double().numpy().reshape(-1)
+        tol = K * se * sd / np.maximum(_flat(draws[site]).std((0, 1), ddof=1), 1e-12)  # exact sd in the se
+        err = np.abs(est - mean.double().numpy().reshape(-1))
+        assert np.all(err < tol), f"{site}: mean {est} vs exact {mean}, |err| {err} >= tol {tol}"
+        est_sd = _flat(draws[site]).std((0, 1), ddof=1)
+        ess = (sd / se) ** 2
+        assert np.all(np.abs(est_sd - sd) < K * sd / np.sqrt(2 * ess)), f"{site}: sd {est_sd} vs exact {sd}"
+
+
+def _zoo_problem(name):
+    data, options = PROBLEMS[name]()
+    spec = get_model(name)
+    kwargs = {"X": data.X, "y": data.y} if spec.uses_features else {"X": data.X[:, :0], "y": data.y}
+    return spec.bind(options), kwargs, spec.exact_posterior(data.X, data.y, **options)
+
+
+@pytest.mark.parametrize("name", ["blr", "coin"])
+@pytest.mark.parametrize("settings", [{"kernel": "nuts"}, {"kernel": "hmc"}, {"kernel": "nuts", "full_mass": True}],
+                         ids=["nuts", "hmc", "nuts-dense"])
+def test_recovers_exact_posterior(name, settings):
+    model, data, exact = _zoo_problem(name)
+    draws, out = _run(model, data, **settings)
+    _check_exact(draws, exact)
+    assert out.stats["diverging"].sum() == 0
+
+
+def test_same_seed_same_draws_and_stats_in_the_draws_form():
+    model, data, _ = _zoo_problem("blr")
+    a = _run(model, data, warmup=60, samples=40, seed=3)[1]
+    b = _run(model, data, warmup=60, samples=40, seed=3)[1]
+    c = _run(model, data, warmup=60, samples=40, seed=4)[1]
+    assert torch.equal(a.theta, b.theta) and not torch.equal(a.theta, c.theta)
+    assert sorted(a.stats) == ["diverging", "lp", "n_steps", "step_size", "tree_depth"]
+    for key, value in a.stats.items():
+        assert value.shape == (2, 40) and np.array_equal(value, b.stats[key]), key
+    # a tree of depth j takes between 2^(j-1) and 2^j - 1 leapfrog steps
+    depth, steps = a.stats["tree_depth"], a.stats["n_steps"]
+    assert np.all((steps >= 2 ** (depth - 1)) & (steps <= 2 ** depth - 1))
+
+
+def constrained_model(y=None, flips=None, labels=None):
+    """HalfNormal, Beta and Dirichlet sites, each with its own likelihood."""
+    s = pyro.sample("s", dist.HalfNormal(2.0))
+    p = pyro.sample("p", dist.Beta(2.0, 2.0))
+    w = pyro.sample("w", dist.Dirichlet(torch.ones(3)))
+    with pyro.plate("y_plate", len(y)):
+        pyro.sample("y", dist.Normal(0.0, s), obs=y)
+    with pyro.plate("flips_plate", len(flips)):
+        pyro.sample("flips", dist.Bernoulli(p), obs=flips)
+    with pyro.plate("labels_plate", len(labels)):
+        pyro.sample("labels", dist.Categorical(w), obs=labels)
+
+
+def _constrained_data():
+    g = torch.Generator().manual_seed(0)
+    return {"y": 1.5 * torch.randn(8, generator=g), "flips": (torch.rand(12, generator=g) < 0.3).float(),
+            "labels": torch.tensor([0, 0, 0, 1, 2, 2, 2, 2, 2, 2])}
+
+
+def test_constrained_sites_recover_the_conjugate_posterior_means():
+    data = _constrained_data()
+    zoo, _ = _run(constrained_model, data, chains=2, warmup=200, samples=400, seed=1)
+    _check_conjugate_means(zoo, data)
+
+
+def _check_conjugate_means(zoo, data):
+    """Beta and Dirichlet are conjugate here: their exact posterior means."""
+    assert np.allclose(zoo["w"].sum(-1), 1.0, atol=1e-5) and zoo["s"].min() > 0
+    flips, counts = data["flips"], torch.bincount(data["labels"], minlength=3).double()
+    p_mean = (2 + flips.sum()) / (4 + len(flips))
+    assert abs(zoo["p"].mean() - float(p_mean)) < K * _mean_se(zoo["p"])[1][0]
+    w_mean = ((1 + counts) / (3 + counts.sum())).numpy()
+    assert np.all(np.abs(zoo["w"].mean((0, 1)) - w_mean) < K * _mean_se(zoo["w"])[1])
+
+
+@pytest.mark.slow
+def test_agrees_with_pyro_nuts_on_constrained_sites():
+    from pyro.infer import MCMC, NUTS
+
+    data = _constrained_data()
+    zoo, _ = _run(constrained_model, data, chains=2, warmup=300, samples=600, seed=1)
+    pyro.set_rng_seed(1)
+    mcmc = MCMC(NUTS(constrained_model), num_samples=400, warmup_steps=200, num_chains=1, disable_progbar=True)
+    mcmc.run(**data)
+    ref = {k: v.double().numpy()[None] for k, v in mcmc.get_samples().items()}
+    assert set(zoo) == set(ref) == {"s", "p", "w"}
+    for site in zoo:
+        assert zoo[site].shape[2:] == ref[site].shape[2:]
+        (m1, se1), (m2, se2) = _mean_se(zoo[site]), _mean_se(ref[site])
+        assert np.all(np.abs(m1 - m2) < K * np.sqrt(se1**2 + se2**2)), f"{site}: zoo {m1} vs pyro {m2}"
+        # and the spread: sds agree within their relative errors 1 / sqrt(2 ESS)
+        sd1, sd2 = _flat(zoo[site]).std((0, 1)), _flat(ref[site]).std((0, 1))
+        rel = np.sqrt((se1 / sd1) ** 2 / 2 + (se2 / sd2) ** 2 / 2)
+        assert np.all(np.abs(sd1 / sd2 - 1) < K * rel), f"{site}: sd zoo {sd1} vs pyro {sd2}"
+    _check_conjugate_means(zoo, data)
+
+
+def eight_schools(y, sigma, centred=True):
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("schools", len(y)):
+        if centred:
+            theta = pyro.sample("theta", dist.Normal(mu, tau))
+        else:
+            eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+            theta = mu + tau * eta
+        pyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+
+
+EIGHT_SCHOOLS = {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
+                 "sigma": torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])}
+
+
+@pytest.mark.slow
+def test_divergences_on_the_funnel_and_not_on_its_non_centred_form():
+    runs = {centred: _run(eight_schools, {**EIGHT_SCHOOLS, "centred": centred}, chains=4, warmup=300, samples=300,
+                          seed=0)[1] for centred in (True, False)}
+    centred, non_centred = (int(runs[c].stats["diverging"].sum()) for c in (True, False))
+    assert centred >= 10, centred
+    assert non_centred <= 0.005 * 4 * 300 and non_centred * 10 <= centred, (centred, non_centred)
+
+
+def test_discrete_and_empty_models_are_refused():
+    def discrete(y):
+        k = pyro.sample("k", dist.Categorical(torch.ones(3) / 3))
+        pyro.sample("y", dist.Normal(k.float(), 1.0), obs=y)
+
+    def no_latent(y):
+        pyro.sample("y", dist.Normal(0.0, 1.0), obs=y)
+
+    with pytest.raises(ValueError, match="latent site 'k' is discrete"):
+        FlatPotential(discrete, {"y": torch.tensor(1.0)})
+    with pytest.raises(ValueError, match="no latent sample site"):
+        FlatPotential(no_latent, {"y": torch.tensor(1.0)})
+
+
+def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_stays_correct():
+    def python_reading(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+        scale = 1.0 if float(mu) < 1e9 else 2.0  # a value read into Python: vmap cannot batch it
+        with pyro.plate("data", len(y)):
+            pyro.sample("y", dist.Normal(mu, scale), obs=y)
+
+    y = torch.randn(30, generator=torch.Generator().manual_seed(1)) + 2.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        draws, _ = _run(python_reading, {"y": y}, warmup=150, samples=300)
+    ours = [w for w in caught if issubclass(w.category, PotentialCompileWarning)]
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert len(ours) == 1 and "loop" in str(ours[0].message)
+    precision = len(y) + 0.01
+    _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
+
+
+def test_potential_matches_pyro_potential_and_is_shared_across_fits():
+    from pyro.infer.mcmc.util import initialize_model
+
+    data = _constrained_data()
+    potential = FlatPotential(constrained_model, data, compile=False)
+    _, pyro_potential, _, _ = initialize_model(constrained_model, model_kwargs=data)
+    theta = torch.randn(3, potential.dim, generator=torch.Generator().manual_seed(0))
+    u, grad = potential.value_and_grad(theta, potential.data_tensors(data))
+    for c in range(3):
+        params = {}
+        start = 0
+        for name in potential.sites:
+            n = potential.sizes[name]
+            params[name] = theta[c, start:start + n].reshape(potential.shapes[name][1]).clone().requires_grad_()
+            start += n
+        value = pyro_potential(params)
+        value.backward()
+        assert torch.allclose(u[c], value.detach(), rtol=1e-5)
+        assert torch.allclose(grad[c], torch.cat([params[n].grad.reshape(-1) for n in potential.sites]), atol=1e-4)
+    # the same model and data shapes (new values) share one potential; the values are inputs, not constants
+    first = flat_potential(constrained_model, data, 3, compile=False)
+    other = {**data, "y": data["y"] + 1.0}
+    assert flat_potential(constrained_model, other, 3, compile=False) is first
+    first.value_and_grad(theta, first.data_tensors(data))
+    u_other, _ = first.value_and_grad(theta, first.data_tensors(other))
+    assert torch.allclose(u_other, FlatPotential(constrained_model, other, compile=False)
+                          .value_and_grad(theta, first.data_tensors(other))[0])
+    # the round trip through constrained space
+    assert torch.allclose(potential.pack(potential.unpack(theta)), theta, atol=1e-4)
+
+
+def test_runner_returns_draws_and_resumes_from_a_checkpoint(tmp_path):
+    from pyro_bdl.checkpoint import Checkpoint
+
+    model, data, _ = _zoo_problem("blr")
+    saver = Checkpoint(tmp_path / "ck", fingerprint="test")
+    pyro.set_rng_seed(0)
+    first = run_zoo_mcmc("nuts", model, data, samples=30, warmup=30, chains=1, progress=False, checkpoint=saver)
+    assert first.samples["w"].shape == (1, 30, 2) and first.sample_stats["diverging"].shape == (1, 30)
+    # a rerun asking for two chains keeps the saved one and runs the second
+    both = run_zoo_mcmc("nuts", model, data, samples=30, warmup=30, chains=2, progress=False, checkpoint=saver)
+    assert torch.equal(both.samples["w"][0], first.samples["w"][0])
+    assert not torch.equal(both.samples["w"][1], first.samples["w"][0])
+    assert set(both.info) == {"mean_accept_prob", "divergences"}
+
+
+def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
+    import pyro_bdl
+
+    data, options = PROBLEMS["blr"]()
+    zoo = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
+    again = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
+    assert zoo.info["settings"]["kernel"] == "zoo" and torch.equal(zoo.samples["w"], again.samples["w"])
+    assert sorted(zoo.sample_stats) == ["diverging", "lp", "n_steps", "step_size", "tree_depth"]
+    ref = pyro_bdl.fit("blr", data, inference="hmc", options=options, progress=False, samples=10, warmup=10,
+                       chains=1, kernel="pyro")
+    assert ref.samples["w"].shape == (1, 10, 2) and "diverging" in ref.sample_stats
+    assert "sample_stats" in zoo.to_inference_data().groups()
+    with pytest.raises(ValueError, match="'zoo' or 'pyro'"):
+        pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, kernel="numpyro")
