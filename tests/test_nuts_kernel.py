@@ -62,8 +62,8 @@ def _check_exact(draws, exact):
 def _zoo_problem(name):
     data, options = PROBLEMS[name]()
     spec = get_model(name)
-    kwargs = {"X": data.X, "y": data.y} if spec.uses_features else {"X": data.X[:, :0], "y": data.y}
-    return spec.bind(options), kwargs, spec.exact_posterior(data.X, data.y, **options)
+    kwargs = spec.data_kwargs(data)
+    return spec.bind(options), kwargs, spec.exact_posterior(**kwargs, **options)
 
 
 @pytest.mark.parametrize("name", ["blr", "coin"])

@@ -25,7 +25,7 @@ from pyro_bdl.inference import pyro_internals
 from pyro_bdl.inference import svi as zoo_svi
 from pyro_bdl.inference.jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from pyro_bdl.inference.optim import FastClippedAdam
-from pyro_bdl.models.bnn import dense
+from pyro_bdl.layers import dense
 
 PYRO = f"pyro-ppl {pyro.__version__}"
 

@@ -30,10 +30,11 @@ Example
 ...     s = pyro.sample("s", dist.HalfNormal(1.0))
 ...     with pyro.plate("data", len(y)):
 ...         pyro.sample("y", dist.Normal(0.0, s), obs=y)
->>> pot = FlatPotential(model, {"y": torch.randn(20)}, compile=False)
+>>> data = {"y": torch.randn(20)}
+>>> pot = FlatPotential(model, data, compile=False)
 >>> pot.dim
 1
->>> u, g = pot.value_and_grad(torch.zeros(3, 1))  # three chains at s = 1
+>>> u, g = pot.value_and_grad(torch.zeros(3, 1), pot.data_tensors(data))  # three chains at s = 1
 >>> u.shape, g.shape
 (torch.Size([3]), torch.Size([3, 1]))
 >>> float(pot.unpack(torch.zeros(3, 1))["s"][0])
