@@ -221,7 +221,7 @@ def _means_agree(rows, exact, k=4.5):
 def workload_bnn(args):
     import torch
 
-    from pyro_bdl.data import load
+    from pyro_bdl.datasets import load
     from pyro_bdl.inference.potential import FlatPotential
     from pyro_bdl.registry import get_model
 

@@ -16,7 +16,8 @@ warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refac
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .arviz_io import to_inference_data
-from .data import DataError, Dataset, load, load_csv
+from .data import DataError, Dataset, load_csv
+from .datasets import load
 from .diagnostics import ConvergenceWarning, compare_loo, compare_methods
 from .fit import fit
 from .inference import METHODS

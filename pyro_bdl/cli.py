@@ -20,7 +20,7 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def _cmd_list(args) -> None:
-    from .data import EMBEDDED
+    from .datasets import EMBEDDED
     from .inference import METHODS
     from .registry import list_models
 
@@ -87,7 +87,7 @@ def parse_key_values(pairs, flag: str = "--option") -> dict:
 
 def _cmd_fit(args) -> None:
     from . import fit
-    from .data import load
+    from .datasets import load
     from .diagnostics import DIAGNOSTIC_KEYS
     from .evaluate import evaluate_fit
     from .registry import get_model

@@ -1,14 +1,15 @@
-"""Data sets: CSV loading with validation, and the embedded data sets.
+"""Tables: the :class:`Dataset`, CSV loading with validation, and the checks models ask of data.
 
 A :class:`Dataset` is a feature matrix ``X`` of shape ``(n, d)`` and a target ``y`` of shape
-``(n,)`` (``None`` for rows to predict), with the column names they came from.
+``(n,)`` (``None`` for rows to predict), with the column names they came from.  The embedded data
+sets and :func:`pyro_bdl.datasets.load` (a name or a path) build on this module; it imports none of them.
 
 Example
 -------
->>> from pyro_bdl.data import load
->>> ds = load("linear")
+>>> import pandas as pd
+>>> ds = from_frame(pd.DataFrame({"x": [0.0, 1.0], "y": [1.0, 3.0]}), target="y")
 >>> ds.X.shape, ds.y.shape, ds.target_name
-(torch.Size([100, 3]), torch.Size([100]), 'y')
+(torch.Size([2, 1]), torch.Size([2]), 'y')
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["DataError", "Dataset", "load", "load_csv", "from_frame", "EMBEDDED"]
+__all__ = ["DataError", "Dataset", "load_csv", "from_frame", "check_binary", "check_has_features", "nan_check_kwargs"]
 
 
 class DataError(ValueError):
@@ -115,90 +115,6 @@ def load_csv(path: str | Path, target: str | None, features: list[str] | None = 
     except pd.errors.ParserError as exc:
         raise DataError(f"{path}: not a readable CSV file ({exc})") from None
     return from_frame(df, target, name=str(path), features=features)
-
-
-# --------------------------------------------------------------------------- embedded data
-
-
-def _linear() -> pd.DataFrame:
-    """100 rows of y = X w + b + noise with w = (1.5, -2, 0.5), b = 0.3, sigma = 0.5."""
-    rng = np.random.default_rng(20261122)
-    X = rng.normal(size=(100, 3))
-    y = X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.5 * rng.normal(size=100)
-    df = pd.DataFrame(X, columns=["x1", "x2", "x3"])
-    df["y"] = y
-    return df
-
-
-def _tosses(n: int, p: float, seed: int) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame({"y": (rng.random(n) < p).astype(float)})
-
-
-def _diabetes() -> pd.DataFrame:
-    from sklearn.datasets import load_diabetes
-
-    bunch = load_diabetes(as_frame=True)
-    df = bunch.frame.copy()
-    # Features ship centred and scaled; the target (disease progression) is standardised so
-    # that the unit priors of the linear models are sensible.
-    t = df.pop("target")
-    df["progression"] = (t - t.mean()) / t.std()
-    return df
-
-
-def _from_datasets(maker: str) -> Callable[[], pd.DataFrame]:
-    """A maker from :mod:`pyro_bdl.datasets`, imported when called (datasets imports this module)."""
-
-    def make() -> pd.DataFrame:
-        from . import datasets
-
-        return getattr(datasets, maker)()
-
-    return make
-
-
-@dataclass(frozen=True)
-class Embedded:
-    make: Callable[[], pd.DataFrame]
-    target: str
-    doc: str
-
-
-EMBEDDED: dict[str, Embedded] = {
-    "linear": Embedded(_linear, "y", "100 rows, 3 features, y = Xw + b + N(0, 0.5^2) (generated, fixed seed)"),
-    "diabetes": Embedded(
-        _diabetes, "progression", "scikit-learn's diabetes data: 442 rows, 10 features, standardised target"
-    ),
-    "coin": Embedded(lambda: _tosses(30, 0.3, 7), "y", "30 tosses of a coin with P(heads) = 0.3 (generated)"),
-    "coin-few": Embedded(
-        lambda: pd.DataFrame({"y": [1.0, 1.0, 1.0]}), "y", "3 tosses, all heads: where MLE and MAP are overconfident"
-    ),
-    "sine": Embedded(
-        _from_datasets("sine_frame"),
-        "y",
-        "200 rows, y = x + 0.3 sin(2 pi x) + 0.3 sin(4 pi x) + N(0, 0.05^2), x in [-1, -0.2] U [0.2, 1] "
-        "(empty gap in the middle; generated, fixed seed)",
-    ),
-    "digits": Embedded(
-        _from_datasets("digits_frame"),
-        "target",
-        "scikit-learn's 8x8 digits: 1797 rows, 64 pixels (0..16), labels 0..9; "
-        "fixed stratified train/test split via pyro_bdl.datasets.digits_split",
-    ),
-}
-
-
-def load(source: str | Path, target: str | None = None) -> Dataset:
-    """An embedded data set by name, or a CSV file by path (``target`` required for CSV)."""
-    if isinstance(source, str) and source in EMBEDDED:
-        emb = EMBEDDED[source]
-        if target is not None and target != emb.target:
-            raise DataError(f"embedded data set '{source}' has target '{emb.target}', not '{target}'")
-        return from_frame(emb.make(), emb.target, name=source)
-    if target is None:
-        raise DataError(f"{source}: a CSV file needs a target column (--target)")
-    return load_csv(source, target)
 
 
 def check_binary(ds: Dataset) -> None:

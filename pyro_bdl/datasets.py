@@ -1,5 +1,6 @@
-"""Data sets for the Bayesian neural networks: a 1-D curve with a gap, digits, the UCI benchmark.
+"""The embedded data sets and :func:`load` (an embedded name or a CSV path), and the data of the networks.
 
+* ``linear``, ``diabetes``, ``coin``, ``coin-few``: the linear models' (:data:`EMBEDDED` lists all).
 * ``sine`` (embedded): 200 noisy points of a smooth curve with an empty interval
   :data:`SINE_GAP` in the middle; :func:`sine_grid` spans beyond the data for plots.
 * ``digits`` (embedded): scikit-learn's 8x8 digits; :func:`digits_split` gives a fixed
@@ -10,7 +11,7 @@
 Example
 -------
 >>> from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_grid
->>> from pyro_bdl.data import load
+>>> from pyro_bdl.datasets import load
 >>> sine = load("sine")
 >>> sine.X.shape, sine.y.shape, SINE_GAP
 (torch.Size([200, 1]), torch.Size([200]), (-0.4, 0.4))
@@ -29,15 +30,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 
-from .data import DataError, Dataset, from_frame
+from .data import DataError, Dataset, from_frame, load_csv
 
 __all__ = [
+    "EMBEDDED",
+    "load",
     "SINE_GAP",
     "SINE_RANGE",
     "SINE_NOISE",
@@ -162,7 +167,7 @@ def split_dataset(ds: Dataset, test_fraction: float = 0.25, seed: int = 0, strat
 def digits_split(test_fraction: float = 0.25, seed: int = 0) -> tuple[Dataset, Dataset]:
     """A fixed stratified split of the digits: (train, test), each with X (n, 64) and y (n,).
 
-    ``y`` holds the labels 0..9 as float32, as :func:`pyro_bdl.data.load` gives them (``y.long()``
+    ``y`` holds the labels 0..9 as float32, as :func:`load` gives them (``y.long()``
     for indexing).  The defaults give 1347 training and 450 test rows.
     """
     return split_dataset(from_frame(digits_frame(), "target", name="digits"), test_fraction, seed, stratify=True)
@@ -332,3 +337,76 @@ def load_uci(folder: str | Path, split: int = 0) -> tuple[Dataset, Dataset]:
         return Dataset(f"{folder.name}[split {split}] {label}", X, y, list(names), "y")
 
     return part(train, "train"), part(test, "test")
+
+
+# --------------------------------------------------------------------------- the embedded table
+
+
+def _linear() -> pd.DataFrame:
+    """100 rows of y = X w + b + noise with w = (1.5, -2, 0.5), b = 0.3, sigma = 0.5."""
+    rng = np.random.default_rng(20261122)
+    X = rng.normal(size=(100, 3))
+    y = X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.5 * rng.normal(size=100)
+    df = pd.DataFrame(X, columns=["x1", "x2", "x3"])
+    df["y"] = y
+    return df
+
+
+def _tosses(n: int, p: float, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"y": (rng.random(n) < p).astype(float)})
+
+
+def _diabetes() -> pd.DataFrame:
+    from sklearn.datasets import load_diabetes
+
+    bunch = load_diabetes(as_frame=True)
+    df = bunch.frame.copy()
+    # Features ship centred and scaled; the target (disease progression) is standardised so
+    # that the unit priors of the linear models are sensible.
+    t = df.pop("target")
+    df["progression"] = (t - t.mean()) / t.std()
+    return df
+
+
+@dataclass(frozen=True)
+class Embedded:
+    make: Callable[[], pd.DataFrame]
+    target: str
+    doc: str
+
+
+EMBEDDED: dict[str, Embedded] = {
+    "linear": Embedded(_linear, "y", "100 rows, 3 features, y = Xw + b + N(0, 0.5^2) (generated, fixed seed)"),
+    "diabetes": Embedded(
+        _diabetes, "progression", "scikit-learn's diabetes data: 442 rows, 10 features, standardised target"
+    ),
+    "coin": Embedded(lambda: _tosses(30, 0.3, 7), "y", "30 tosses of a coin with P(heads) = 0.3 (generated)"),
+    "coin-few": Embedded(
+        lambda: pd.DataFrame({"y": [1.0, 1.0, 1.0]}), "y", "3 tosses, all heads: where MLE and MAP are overconfident"
+    ),
+    "sine": Embedded(
+        sine_frame,
+        "y",
+        "200 rows, y = x + 0.3 sin(2 pi x) + 0.3 sin(4 pi x) + N(0, 0.05^2), x in [-1, -0.2] U [0.2, 1] "
+        "(empty gap in the middle; generated, fixed seed)",
+    ),
+    "digits": Embedded(
+        digits_frame,
+        "target",
+        "scikit-learn's 8x8 digits: 1797 rows, 64 pixels (0..16), labels 0..9; "
+        "fixed stratified train/test split via pyro_bdl.datasets.digits_split",
+    ),
+}
+
+
+def load(source: str | Path, target: str | None = None) -> Dataset:
+    """An embedded data set by name, or a CSV file by path (``target`` required for CSV)."""
+    if isinstance(source, str) and source in EMBEDDED:
+        emb = EMBEDDED[source]
+        if target is not None and target != emb.target:
+            raise DataError(f"embedded data set '{source}' has target '{emb.target}', not '{target}'")
+        return from_frame(emb.make(), emb.target, name=source)
+    if target is None:
+        raise DataError(f"{source}: a CSV file needs a target column (--target)")
+    return load_csv(source, target)

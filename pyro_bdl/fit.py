@@ -13,7 +13,8 @@ import pyro
 import torch
 
 from .checkpoint import Checkpoint, fingerprint
-from .data import DataError, Dataset, as_model_kwargs, load, nan_check_kwargs
+from .data import DataError, Dataset, as_model_kwargs, nan_check_kwargs
+from .datasets import load
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import latent_sites, model_params, observed_sites
 from .inference.base import with_deterministic

@@ -33,7 +33,7 @@ import pyro.distributions as dist
 import torch
 from pyro.infer import Trace_ELBO, TraceGraph_ELBO
 
-from .data import load
+from .datasets import load
 from .feature_maps import features, split_feature_options
 from .inference.guides import MeanFieldGuide
 from .registry import get_model

@@ -147,7 +147,7 @@ class ModelSpec:
 
     def sites(self, options: Mapping[str, Any] | None = None) -> list[str]:
         """The latent sample sites with these options, read from a trace on the default data."""
-        from .data import load
+        from .datasets import load
         from .inference import latent_sites
 
         dataset = load(self.default_data)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import pyro_bdl.datasets
-from pyro_bdl.data import EMBEDDED, DataError, load
+from pyro_bdl.data import DataError
+from pyro_bdl.datasets import EMBEDDED, load
 from pyro_bdl.transforms import Standardizer
 from pyro_bdl.datasets import (
     DIGITS_OOD_KINDS,

@@ -137,7 +137,7 @@ def test_principal_axes_diagonalise_the_exact_posterior(data):
     if data == "toy":
         X, y, options = problem().X, problem().y, OPTIONS
     else:
-        ds = pyro_bdl.data.load("sine")
+        ds = pyro_bdl.load("sine")
         X, y, options = (ds.X - ds.X.mean(0)) / ds.X.std(0), (ds.y - ds.y.mean()) / ds.y.std(), {}
     guide = ll.PrincipalAxesGuide(pyro_bdl.get_model("last-layer").bind(options))
     Q = guide.axes(X).double()
