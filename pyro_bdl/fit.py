@@ -17,7 +17,7 @@ from .data import DataError, Dataset, as_model_kwargs, nan_check_kwargs
 from .datasets import load
 from .diagnostics import importance_report, mcmc_report, svi_report
 from .inference import latent_sites, model_params, observed_sites
-from .inference.base import with_deterministic
+from .inference.base import RunContext, with_deterministic
 from .registry import ModelSpec, get_model, resolve, takes_minibatches
 from .result import FitResult
 from .transforms import StandardizedModel, Standardizer
@@ -149,7 +149,6 @@ def fit(
 
     start = time.perf_counter()
     guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__", type(guide).__name__)
-    extra = plan.runner_kwargs(spec, bound)
     saver = None
     if checkpoint is not None and method.resumable:
         saver = Checkpoint(checkpoint, fingerprint(
@@ -157,8 +156,8 @@ def fit(
             seed=seed, settings=resolved, options=prepared.options,
             guide=guide_label, **{f"data.{k}": v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
         ))
-        extra["checkpoint"] = saver
-    draws = method.run(bound, kwargs, progress=progress, **extra, **resolved)
+    context = RunContext(bound, kwargs, progress, saver, plan.runner_kwargs(spec, bound))
+    draws = method.execute(context, resolved)
     seconds = time.perf_counter() - start
 
     info = {

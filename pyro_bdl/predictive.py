@@ -29,7 +29,7 @@ from pyro import poutine
 from .inference.base import deterministic_sites
 from .uncertainty import predictive_moments, regression_summary
 
-__all__ = ["PredictiveDraws", "evaluate", "summarise"]
+__all__ = ["PredictiveDraws", "predictive_draws", "summarise"]
 
 #: Predictive draws pooled for intervals: at least this many per data point.
 MIN_PREDICTIVE_DRAWS = 2000
@@ -71,7 +71,7 @@ def _moments(fn, extra: int):
 
 
 @torch.no_grad()
-def evaluate(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDraws:
+def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDraws:
     """Run ``model(**data)`` once per posterior draw; collect the predictive at ``sites``."""
     first = next(iter(samples.values()))
     chains, num = first.shape[:2]

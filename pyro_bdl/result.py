@@ -14,7 +14,7 @@ import torch
 from torch.distributions import constraints
 
 from .data import Dataset, as_model_kwargs
-from .predictive import PredictiveDraws, evaluate, summarise
+from .predictive import PredictiveDraws, predictive_draws, summarise
 
 __all__ = ["FitResult"]
 
@@ -108,14 +108,14 @@ class FitResult:
     def training_predictive(self) -> PredictiveDraws:
         """Predictive and pointwise log-likelihood on the training data (cached)."""
         with self.own_params():
-            return evaluate(self.model, self.samples, self.data, self.likelihood_sites)
+            return predictive_draws(self.model, self.samples, self.data, self.likelihood_sites)
 
     def predictive(self, new_data=None) -> PredictiveDraws:
         """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
         if new_data is None:
             return self.training_predictive
         with self.own_params():
-            return evaluate(self.model, self.samples, self.model_kwargs(new_data), self.likelihood_sites)
+            return predictive_draws(self.model, self.samples, self.model_kwargs(new_data), self.likelihood_sites)
 
     def model_kwargs(self, new_data) -> dict:
         """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.Dataset` or a tensor

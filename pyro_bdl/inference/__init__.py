@@ -3,8 +3,9 @@
 Each module of this package registers the methods it implements (:func:`register_method`), declaring
 what a model must be for the method to suit it (``requires``: traits such as ``continuous`` or
 ``network``, matched against each model's :attr:`~pyro_bdl.registry.ModelSpec.traits`) and how its
-settings are typed.  Every runner has the signature ``run(model, data, *, guide, progress, **settings)
--> Draws``.  :func:`pyro_bdl.fit` looks the method up here, resolves the settings
+settings are typed.  A fit hands the method one :class:`~pyro_bdl.inference.base.RunContext` (model, data,
+progress, checkpoint, the model's extra arguments) and its settings (:meth:`Method.execute`); every runner
+has the signature ``run(model, data, *, progress, **extra, **settings) -> Draws``.  :func:`pyro_bdl.fit` looks the method up here, resolves the settings
 (:func:`pyro_bdl.registry.resolve`), and turns the :class:`~pyro_bdl.inference.base.Draws` into a
 :class:`~pyro_bdl.result.FitResult`.
 
@@ -25,9 +26,9 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .base import Draws, as_flag, latent_sites, model_params, observed_sites
+from .base import Draws, RunContext, as_flag, latent_sites, model_params, observed_sites
 
-__all__ = ["Method", "METHODS", "register_method", "get_method", "Domain", "SETTING_DOMAINS", "Draws", "latent_sites", "observed_sites", "model_params"]
+__all__ = ["Method", "METHODS", "register_method", "get_method", "Domain", "SETTING_DOMAINS", "Draws", "RunContext", "latent_sites", "observed_sites", "model_params"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,12 @@ class Method:
     point_estimate: bool = False
     resumable: bool = True
     quick: Mapping[str, Any] = field(default_factory=dict)
+
+    def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
+        """Run on a :class:`~pyro_bdl.inference.base.RunContext` with resolved ``settings``: the one call every
+        fit makes; the runner gets ``(model, data, progress=..., [checkpoint=...], **extra, **settings)``."""
+        saver = {"checkpoint": context.checkpoint} if context.checkpoint is not None else {}
+        return self.run(context.model, context.data, progress=context.progress, **saver, **context.extra, **settings)
 
     def suits(self, traits) -> bool:
         """Whether a model with these traits can be fitted with this method."""

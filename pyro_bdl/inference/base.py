@@ -13,7 +13,7 @@ from pyro.poutine.util import site_is_subsample
 
 from .pyro_internals import is_deterministic
 
-__all__ = ["Draws", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
+__all__ = ["Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
            "model_params"]
 
 
@@ -24,6 +24,27 @@ def as_flag(value) -> bool:
             raise ValueError(f"expected a boolean setting (true or false), got '{value}'")
         return value.lower() in ("true", "1", "yes", "on")
     return bool(value)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a fit hands every inference method besides its settings.
+
+    Attributes
+    ----------
+    model : the Pyro model, options bound; called as ``model(**data)``.
+    data : its keyword arguments (in the units the model works in).
+    progress : show a progress bar.
+    checkpoint : a :class:`~pyro_bdl.checkpoint.Checkpoint` to save progress in and resume from, or None.
+    extra : what the model and the plan add for this method: the guide (methods that take one), where
+        optimisation starts (``init_loc_fn``), the model's own runner arguments (e.g. MC dropout's sites).
+    """
+
+    model: Any
+    data: dict
+    progress: bool = True
+    checkpoint: Any = None
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
