@@ -14,7 +14,7 @@ DOCUMENTED = [
     "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate",
     "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
-    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
+    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli", "pyro_bdl.gap_problems",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
