@@ -24,7 +24,7 @@ curves, gap widths and places, noise levels and sizes).  One line per fit:
   ``svi``: comparable between runs of one method and architecture, not across them);
 * ``pass`` when all three criteria hold (``pyro_bdl.gap_problems.check_gap``), else what failed.
 
-``--family`` ends with a Markdown table per spec (for benchmarks/RESULTS.md).
+``--family`` prints a Markdown table after each spec's fits (for benchmarks/RESULTS.md).
 
 For a single hidden ReLU layer, a mean-field Gaussian or MC dropout posterior cannot reach 2 (Foong et
 al. 2020: the variance between two inputs is at most the sum of the variances at them).  What the
@@ -44,7 +44,7 @@ import torch
 import pyro_bdl
 from pyro_bdl.cli import parse_key_values
 from pyro_bdl.datasets import SINE_GAP, SINE_NOISE, SINE_RANGE, sine_curve
-from pyro_bdl.gap_problems import GapProblem, check_gap, gap_family
+from pyro_bdl.gap_problems import GapCheck, GapProblem, check_gap, gap_family
 from pyro_bdl.inference import get_method
 from pyro_bdl.models.bnn import IN_BETWEEN
 
@@ -79,7 +79,7 @@ def parse_spec(spec: str) -> tuple[str, dict, dict]:
 
 
 def gap_row(spec: str, problem: GapProblem = SINE, grid_size: int = 400, extra: dict | None = None,
-            seed: int = 0) -> tuple[str, object]:
+            seed: int = 0) -> tuple[str, GapCheck]:
     """Fit ``spec`` on ``problem``'s data and judge it: (one line, the ``GapCheck``)."""
     method, options, settings = parse_spec(spec)
     grid = problem.grid(grid_size)
@@ -99,7 +99,7 @@ def gap_row(spec: str, problem: GapProblem = SINE, grid_size: int = 400, extra: 
     return line, check
 
 
-def markdown_table(spec: str, rows: list[tuple[GapProblem, int, object]]) -> str:
+def markdown_table(spec: str, rows: list[tuple[GapProblem, int, GapCheck]]) -> str:
     """The family's results for one spec: a row per (problem, seed) and the count that pass."""
     lines = [f"`{spec}`: passes on {sum(c.passed for _, _, c in rows)} of {len(rows)}", "",
              "| problem | seed | gap/data | rmse | rmse / noise | gap abs z | result |", "|---|---|---|---|---|---|---|"]
@@ -116,11 +116,15 @@ def main(argv=None) -> int:
     parser.add_argument("--family", action="store_true", help="fit on each generated gap problem instead of sine")
     parser.add_argument("--family-seed", type=int, default=0, help="the seed the family is generated from (default: 0)")
     parser.add_argument("--per-function", type=int, default=3, help="family problems per curve (default: 3)")
+    parser.add_argument("--problems", type=int, nargs="+", help="only these problems of the family (0-based, in order)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=pyro_bdl.ConvergenceWarning)
     problems = gap_family(args.family_seed, args.per_function) if args.family else [SINE]
-    tables = []
+    if args.problems is not None:
+        if not args.family or not all(0 <= i < len(problems) for i in args.problems):
+            parser.error(f"--problems needs --family and indices in 0..{len(problems) - 1}")
+        problems = [problems[i] for i in args.problems]
     for spec in args.specs:
         method = parse_spec(spec)[0]
         extra = {"steps": args.steps} if args.steps and "steps" in get_method(method).defaults else None
@@ -130,9 +134,8 @@ def main(argv=None) -> int:
                 line, check = gap_row(spec, problem, extra=extra, seed=seed)
                 print(line, flush=True)
                 rows.append((problem, seed, check))
-        tables.append(markdown_table(spec, rows))
-    if args.family:
-        print("\n\n".join(tables))
+        if args.family:
+            print(f"\n{markdown_table(spec, rows)}\n", flush=True)
     return 0
 
 
