@@ -16,6 +16,12 @@ on ``sine`` can be checked on curves, gaps, noise levels and sizes it was not ch
 * ``gap_z``: the mean of :math:`|f - \text{mean}| / \text{sd}` in the middle of the gap, below
   :data:`MAX_GAP_Z` (the truth lies within the widened band).
 
+Given the epistemic sd too, it reports (but does not judge) ``epistemic_ratio``, the same ratio for the
+epistemic sd alone.  The total-sd ratio depends on the noise: where the data's sd is about the noise sd
+:math:`\sigma`, the gap sd :math:`\sqrt{\sigma^2 + e^2}` reaches twice it only if the epistemic sd in the
+gap is :math:`e \ge \sqrt 3\,\sigma`, so the same widening of :math:`f`'s uncertainty passes on a quiet
+problem and fails on a noisy one.
+
 Example
 -------
 >>> import numpy as np
@@ -172,6 +178,7 @@ class GapCheck:
     rmse: float
     gap_z: float
     noise: float
+    epistemic_ratio: float | None = None
 
     @property
     def failures(self) -> str:
@@ -190,11 +197,13 @@ class GapCheck:
         return not self.failures
 
 
-def check_gap(problem: GapProblem, x, mean, sd) -> GapCheck:
-    """Judge a predictive (``mean`` and ``sd`` at 1-D inputs ``x``, all the same length) on ``problem``."""
+def check_gap(problem: GapProblem, x, mean, sd, epistemic_sd=None) -> GapCheck:
+    """Judge a predictive (``mean`` and ``sd`` at 1-D inputs ``x``, all the same length) on ``problem``;
+    with ``epistemic_sd``, report its gap ratio too."""
     x = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
     mean, sd = np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
     inside, gap = problem.regions(x)
     truth = np.asarray(problem.curve(x.astype(np.float64)), dtype=float)
     gap_z = float(np.mean(np.abs(truth[gap] - mean[gap]) / sd[gap]))
-    return GapCheck(gap_sd_ratio(sd, inside, gap), rmse(mean[inside], truth[inside]), gap_z, problem.noise)
+    epistemic = None if epistemic_sd is None else gap_sd_ratio(epistemic_sd, inside, gap)
+    return GapCheck(gap_sd_ratio(sd, inside, gap), rmse(mean[inside], truth[inside]), gap_z, problem.noise, epistemic)

@@ -166,7 +166,7 @@ def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_
         (spec, name) for spec in ("ensemble", "svi:8") for name in names]
     for spec in ("ensemble", "svi:8"):
         assert f"`{spec}`: passes on " in proc.stdout and " of 2" in proc.stdout
-    assert proc.stdout.count("| problem | seed | gap/data |") == 2
+    assert proc.stdout.count("| problem | seed | gap/data | epistemic gap/data |") == 2
     bad = subprocess.run([sys.executable, str(SCRIPT.parent / "sine_gap.py"), "ensemble", "--family", "--problems", "12"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "indices in 0..11" in bad.stderr
