@@ -3,7 +3,7 @@ r"""In-between uncertainty: predictive sd in a gap of the inputs over the sd whe
 Run on demand (the test suite smoke-tests it with a few steps)::
 
     .venv/bin/python benchmarks/sine_gap.py svi mc-dropout ensemble svi:50,50 mc-dropout:50,50:p=0.1
-    .venv/bin/python benchmarks/sine_gap.py --family svi@in-between ensemble
+    .venv/bin/python benchmarks/sine_gap.py --family ensemble@in-between svi:50,50:activation=tanh:steps=10000
 
 Each argument is ``METHOD[:HIDDEN[:KEY=VALUE...]]``: an inference method for ``bnn-regressor``, its
 hidden widths (default: the model's, one layer of 50) and settings of the method or options of the
