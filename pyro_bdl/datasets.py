@@ -39,6 +39,7 @@ import pandas as pd
 import torch
 
 from .data import DataError, Dataset, from_frame, load_csv
+from .gap_problems import gap_regions, gap_sd_ratio
 
 __all__ = [
     "EMBEDDED",
@@ -111,10 +112,7 @@ def sine_regions(x) -> tuple[np.ndarray, np.ndarray]:
     >>> inside.tolist(), gap.tolist()
     ([False, True, False, False, True], [False, False, True, False, False])
     """
-    x = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-    lo, hi = SINE_GAP
-    inside = ((x > -0.95) & (x < lo)) | ((x > hi) & (x < 0.95))
-    return inside, np.abs(x) < 0.25
+    return gap_regions(x, SINE_RANGE, SINE_GAP)
 
 
 def sine_gap_ratio(x, sd) -> float:
@@ -124,9 +122,7 @@ def sine_gap_ratio(x, sd) -> float:
     >>> sine_gap_ratio(np.array([-0.6, 0.0, 0.6]), np.array([0.1, 0.4, 0.3]))
     2.0
     """
-    inside, gap = sine_regions(x)
-    sd = np.asarray(sd, dtype=float)
-    return float(sd[gap].mean() / sd[inside].mean())
+    return gap_sd_ratio(sd, *sine_regions(x))
 
 
 # --------------------------------------------------------------------------- digits

@@ -152,3 +152,36 @@ def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
     assert "ratio zoo/pyro [blr min ESS/s, zoo, second fit (compile excluded)] = " in out, out
     assert "ratio zoo warm/floor(traced) [bnn time per leapfrog] = " in out, out
     assert "all within 4.5 MC standard errors" in out and "MISMATCH" not in out, out
+
+
+def _load_sine_gap():
+    spec = importlib.util.spec_from_file_location("sine_gap_benchmark", SCRIPT.parent / "sine_gap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_path):
+    from pyro_bdl.datasets import sine_frame
+    from pyro_bdl.models.bnn import IN_BETWEEN
+
+    module = _load_sine_gap()
+    assert module.SINE.frame().equals(sine_frame())  # the default problem is the embedded data, row for row
+    method = sorted(IN_BETWEEN)[0]
+    entry = IN_BETWEEN[method]
+    assert module.parse_spec(f"{method}@in-between") == (method, dict(entry["options"]), dict(entry["settings"]))
+    with pytest.raises(ValueError, match="IN_BETWEEN recommends"):
+        module.parse_spec("map@in-between")
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / "sine_gap.py"), "--family", "--problems", "0", "5",
+                           "--steps", "20", "ensemble", "svi:8"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "gap/data" in line and not line.startswith("|")]
+    names = [module.gap_family(0)[i].name for i in (0, 5)]
+    assert [(line.split()[0], line.split("seed 0")[1].split("gap/data")[0].strip()) for line in lines] == [
+        (spec, name) for spec in ("ensemble", "svi:8") for name in names]
+    for spec in ("ensemble", "svi:8"):
+        assert f"`{spec}`: passes on " in proc.stdout and " of 2" in proc.stdout
+    assert proc.stdout.count("| problem | seed | gap/data | epistemic gap/data |") == 2
+    bad = subprocess.run([sys.executable, str(SCRIPT.parent / "sine_gap.py"), "ensemble", "--family", "--problems", "12"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "indices in 0..11" in bad.stderr
