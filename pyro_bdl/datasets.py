@@ -384,8 +384,8 @@ EMBEDDED: dict[str, Embedded] = {
     "sine": Embedded(
         sine_frame,
         "y",
-        "200 rows, y = x + 0.3 sin(2 pi x) + 0.3 sin(4 pi x) + N(0, 0.05^2), x in [-1, -0.2] U [0.2, 1] "
-        "(empty gap in the middle; generated, fixed seed)",
+        f"200 rows, y = x + 0.3 sin(pi x) + 0.3 sin(2 pi x) + N(0, {SINE_NOISE:g}^2), x in [{SINE_RANGE[0]:g}, "
+        f"{SINE_GAP[0]:g}] U [{SINE_GAP[1]:g}, {SINE_RANGE[1]:g}] (empty gap in the middle; generated, fixed seed)",
     ),
     "digits": Embedded(
         digits_frame,
