@@ -1,27 +1,19 @@
 """Every inference method against the exact conjugate posterior of ``blr`` (known noise) and ``coin``.
 
-Tolerances are Monte Carlo standard errors, never tuned numbers: a posterior mean estimated
-from draws of effective sample size ESS has standard error sd / sqrt(ESS); a posterior sd has
-relative standard error about 1 / sqrt(2 ESS).  Checks allow K = 4.5 standard errors, a
-two-sided event of probability below 1e-5 per check for a correct method.
-
-ESS is measured, not assumed: ArviZ's ``ess`` (method "mean" / "sd") for MCMC, the number of
-independent draws for SVI, and for importance sampling the Kish ESS of the weights combined
-with the resampling (1 / ESS_eff = 1 / ESS_weights + 1 / draws).
+Tolerances are Monte Carlo standard errors, never tuned numbers (K = 4.5 standard errors of the
+measured ESS: see tests/posterior_checks.py).
 """
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 import pytest
 
 import pyro_bdl
 from pyro_bdl.registry import get_model
 
+from posterior_checks import K, check_means, check_sds
 from problems import PROBLEMS
-
-K = 4.5
 
 #: Small but real run lengths (the defaults are longer).
 RUNS = {
@@ -43,23 +35,6 @@ RUNS_FOR = {("coin", "svi"): COIN_BETA, ("coin", "svi-meanfield"): COIN_BETA, ("
 EXACT_FAMILY_GUIDE = {"blr": "mvn", "coin": "beta"}
 
 
-def _flat(result, site):
-    """Draws of a site as (chains, draws, elements) numpy."""
-    value = result.samples[site].double().numpy()
-    return value.reshape(value.shape[0], value.shape[1], -1)
-
-
-def _ess(result, site, kind):
-    draws = _flat(result, site)
-    if result.method in ("nuts", "hmc", "metropolis"):
-        return np.array([float(az.ess(draws[:, :, j], method=kind)) for j in range(draws.shape[2])])
-    n = draws.shape[0] * draws.shape[1]
-    if result.method == "importance":
-        w = result.info["importance_ess"]
-        return np.full(draws.shape[2], 1.0 / (1.0 / w + 1.0 / n))
-    return np.full(draws.shape[2], float(n))
-
-
 def _fit(model, method):
     data, options = PROBLEMS[model]()
     guide = EXACT_FAMILY_GUIDE[model] if method == "svi" else None
@@ -69,36 +44,19 @@ def _fit(model, method):
     return result, exact
 
 
-def _check_means(result, exact):
-    for site, (mean, sd) in exact.items():
-        est = _flat(result, site).reshape(-1, np.size(mean.numpy())).mean(0)
-        tol = K * sd.numpy().reshape(-1) / np.sqrt(_ess(result, site, "mean"))
-        err = np.abs(est - mean.numpy().reshape(-1))
-        assert np.all(err < tol), f"{site}: mean {est} vs exact {mean.numpy()}, |err| {err} >= tol {tol}"
-
-
-def _check_sds(result, exact):
-    for site, (mean, sd) in exact.items():
-        est = _flat(result, site).reshape(-1, np.size(mean.numpy())).std(0, ddof=1)
-        sd = sd.numpy().reshape(-1)
-        tol = K * sd / np.sqrt(2 * _ess(result, site, "sd"))
-        err = np.abs(est - sd)
-        assert np.all(err < tol), f"{site}: sd {est} vs exact {sd}, |err| {err} >= tol {tol}"
-
-
 @pytest.mark.parametrize("model", ["blr", "coin"])
 @pytest.mark.parametrize("method", ["nuts", "hmc", "metropolis", "importance", "svi"])
 def test_recovers_exact_mean_and_sd(model, method):
     result, exact = _fit(model, method)
-    _check_means(result, exact)
-    _check_sds(result, exact)
+    check_means(result, exact)
+    check_sds(result, exact)
 
 
 @pytest.mark.parametrize("model", ["blr", "coin"])
 def test_meanfield_svi_recovers_exact_mean(model):
     """Mean-field VI on a Gaussian posterior has the exact mean (its sd is too small, not checked)."""
     result, exact = _fit(model, "svi-meanfield")
-    _check_means(result, exact)
+    check_means(result, exact)
 
 
 def test_meanfield_underestimates_correlated_sd():
@@ -123,7 +81,7 @@ def test_bbvi_recovers_exact_mean(model):
     data, options = PROBLEMS[model]()
     result = pyro_bdl.fit(model, data, inference="bbvi", options=options, progress=False, samples=4000)
     exact = get_model(model).exact_posterior(data.X, data.y, **options)
-    _check_means(result, exact)
+    check_means(result, exact)
 
 
 @pytest.mark.slow
@@ -134,5 +92,5 @@ def test_long_runs_recover_exact_moments(model, method):
     data, options = PROBLEMS[model](seed=2)
     result = pyro_bdl.fit(model, data, inference=method, options=options, progress=False)
     exact = get_model(model).exact_posterior(data.X, data.y, **options)
-    _check_means(result, exact)
-    _check_sds(result, exact)
+    check_means(result, exact)
+    check_sds(result, exact)

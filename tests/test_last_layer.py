@@ -2,7 +2,7 @@
 reparameterisation-trick gradient against its closed form, the feature map, and a trained feature map
 through a saved fit.
 
-Tolerances (K = 4.5 standard errors, as in test_exact_posteriors, whose helpers are reused):
+Tolerances (K = 4.5 standard errors, tests/posterior_checks.py):
 
 * NUTS, importance: Monte Carlo only, sd / sqrt(ESS) for means and sd / sqrt(2 ESS) for sds, ESS measured.
 * SVI (full-rank guide, whose family holds the exact posterior): the Monte Carlo error of its 2,000
@@ -34,7 +34,7 @@ from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
 from pyro_bdl.models import last_layer as ll
 
-from test_exact_posteriors import K, _check_means, _check_sds, _ess, _flat
+from posterior_checks import K, check_means, check_sds, ess, flat_draws
 
 OPTIONS = {"hidden": "4", "noise": 0.5}
 #: Optimiser allowance of SVI with the mvn guide at SVI_RUN (see the module docstring).
@@ -67,16 +67,16 @@ def _fit(method, **settings):
 ])
 def test_sampler_recovers_exact_posterior(method, settings):
     result, exact = _fit(method, **settings)
-    _check_means(result, exact)
-    _check_sds(result, exact)
+    check_means(result, exact)
+    check_sds(result, exact)
 
 
 def test_svi_full_rank_recovers_exact_posterior():
     result, exact = _fit("svi", guide="mvn", **SVI_RUN)
     for site, (mean, sd) in exact.items():
-        draws = _flat(result, site).reshape(-1, mean.numel())
+        draws = flat_draws(result, site).reshape(-1, mean.numel())
         mean, sd = mean.numpy().reshape(-1), sd.numpy().reshape(-1)
-        n = _ess(result, site, "mean")
+        n = ess(result, site, "mean")
         mean_err, sd_err = np.abs(draws.mean(0) - mean), np.abs(draws.std(0, ddof=1) - sd)
         assert np.all(mean_err < (K / np.sqrt(n) + SVI_MEAN_ALLOWANCE) * sd), (site, mean_err / sd)
         assert np.all(sd_err < (K / np.sqrt(2 * n) + SVI_SD_ALLOWANCE) * sd), (site, sd_err / sd)
@@ -415,8 +415,8 @@ def test_nuts_full_mass_mixes_on_collinear_features():
             for full_mass in (True, False)}
     dense = runs[True]
     exact = ll.exact_posterior(dense.data["X"], dense.data["y"], **dense.info["options"])
-    _check_means(dense, exact)
-    _check_sds(dense, exact)
+    check_means(dense, exact)
+    check_sds(dense, exact)
     depth = {k: float(np.mean(r.sample_stats["n_steps"])) for k, r in runs.items()}
     assert depth[True] < 0.5 * depth[False], depth
 
