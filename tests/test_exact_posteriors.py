@@ -6,6 +6,8 @@ measured ESS: see tests/posterior_checks.py).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -47,7 +49,10 @@ def _fit(model, method):
 @pytest.mark.parametrize("model", ["blr", "coin"])
 @pytest.mark.parametrize("method", ["nuts", "hmc", "metropolis", "importance", "svi"])
 def test_recovers_exact_mean_and_sd(model, method):
-    result, exact = _fit(model, method)
+    # blr's 2 x 3000 Metropolis draws: r_hat just above 1.01 (the tolerances use the measured ESS)
+    with (pytest.warns(pyro_bdl.ConvergenceWarning, match="MCMC diagnostics: r_hat") if (model, method) == ("blr", "metropolis")
+          else contextlib.nullcontext()):
+        result, exact = _fit(model, method)
     check_means(result, exact)
     check_sds(result, exact)
 
@@ -75,6 +80,7 @@ def test_meanfield_underestimates_correlated_sd():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 @pytest.mark.parametrize("model", ["blr", "coin"])
 def test_bbvi_recovers_exact_mean(model):
     """Score-function VI with the method's default (long) settings: means within MC error."""
@@ -85,6 +91,7 @@ def test_bbvi_recovers_exact_mean(model):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 @pytest.mark.parametrize("model", ["blr", "coin"])
 @pytest.mark.parametrize("method", ["nuts", "metropolis", "importance"])
 def test_long_runs_recover_exact_moments(model, method):

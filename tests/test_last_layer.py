@@ -19,6 +19,7 @@ The problem is small and well conditioned (n = 30, d = 2, h = 4, noise 0.5: post
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -41,8 +42,6 @@ OPTIONS = {"hidden": "4", "noise": 0.5}
 SVI_RUN = {"steps": 3000, "lr": 0.05, "samples": 2000}
 SVI_MEAN_ALLOWANCE, SVI_SD_ALLOWANCE = 0.1, 0.06
 
-pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
-
 
 def problem(seed: int = 1, n: int = 30, d: int = 2) -> Dataset:
     """A smooth nonlinear function of d inputs with noise 0.5 (fixed seed)."""
@@ -61,12 +60,14 @@ def _fit(method, **settings):
     return result, exact
 
 
-@pytest.mark.parametrize("method,settings", [
-    ("nuts", {"samples": 200, "warmup": 150, "chains": 2}),
-    ("importance", {"samples": 1000}),  # Laplace proposal: the exact posterior, up to its Student-t tails
+@pytest.mark.parametrize("method,settings,warning", [
+    # 2 x 200 draws: ESS a little under the 200 the diagnostics ask for (the tolerances use the measured ESS)
+    ("nuts", {"samples": 200, "warmup": 150, "chains": 2}, "MCMC diagnostics: .*ESS"),
+    ("importance", {"samples": 1000}, None),  # Laplace proposal: the exact posterior, up to its Student-t tails
 ])
-def test_sampler_recovers_exact_posterior(method, settings):
-    result, exact = _fit(method, **settings)
+def test_sampler_recovers_exact_posterior(method, settings, warning):
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match=warning) if warning else contextlib.nullcontext():
+        result, exact = _fit(method, **settings)
     check_means(result, exact)
     check_sds(result, exact)
 
@@ -98,7 +99,8 @@ def _gaussian_kl(m0, C0, m1, C1) -> float:
 
 @pytest.fixture(scope="module")
 def trained_map():
-    return ll.train_feature_map("sine", hidden=(50,), steps=2000)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 2000 steps: the map is good enough to make the features collinear
+        return ll.train_feature_map("sine", hidden=(50,), steps=2000)
 
 
 @pytest.mark.parametrize("features", ["random", "trained"])
@@ -205,8 +207,14 @@ def test_every_method_runs_on_the_default_data():
     spec = pyro_bdl.get_model("last-layer")
     assert set(spec.methods) == set(quick)
     X = torch.linspace(-2, 2, 5).unsqueeze(1)
+    # tiny runs, and the diagnostics say so (svi's loss is too noisy after 50 steps to tell)
+    warns = {"map": "not settled", "mle": "not settled", "importance": "effective sample size",
+             "nuts": "only one chain", "hmc": "only one chain", "metropolis": "only one chain"}
     for method in spec.methods:
-        result = pyro_bdl.fit("last-layer", inference=method, options={"hidden": "3"}, progress=False, **quick[method])
+        with (pytest.warns(pyro_bdl.ConvergenceWarning, match=warns[method]) if method in warns
+              else contextlib.nullcontext()):
+            result = pyro_bdl.fit("last-layer", inference=method, options={"hidden": "3"}, progress=False,
+                                  **quick[method])
         assert result.samples["w"].shape[-1] == 3
         assert np.isfinite(result.predict(X)["mean"]).all(), method
 
@@ -310,7 +318,8 @@ def test_unknown_option_and_bad_weights_file(tmp_path):
 
 def test_trained_feature_map_survives_write_and_load(tmp_path):
     ds = problem()
-    phi = ll.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
+        phi = ll.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
     assert json.loads(json.dumps(phi)) == phi  # JSON-able: it travels inside the fit's options
     result = pyro_bdl.fit("last-layer", ds, inference="importance", options={"feature_weights": phi, "noise": 0.5},
                           progress=False, samples=500)
@@ -341,8 +350,9 @@ def test_feature_map_from_a_fitted_network_directory(tmp_path):
     pd.DataFrame({"x0": ds.X[:, 0], "x1": ds.X[:, 1], "y": ds.y}).to_csv(tmp_path / "train.csv", index=False)
     data = ["--data", str(tmp_path / "train.csv"), "--target", "y", "--no-progress", "--test-fraction", "0"]
     net = tmp_path / "net"
-    assert main(["fit", "bnn-regressor", "--inference", "map", "--option", "hidden=4", "--option", "activation=tanh",
-                 "--option", "prior_scale=2", "--steps", "300", "--out", str(net), *data]) == 0
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
+        assert main(["fit", "bnn-regressor", "--inference", "map", "--option", "hidden=4", "--option",
+                     "activation=tanh", "--option", "prior_scale=2", "--steps", "300", "--out", str(net), *data]) == 0
     out = tmp_path / "ll"
     assert main(["fit", "last-layer", "--inference", "map", "--option", f"feature_weights={net}",
                  "--option", "noise=0.5", "--out", str(out), *data]) == 0
@@ -397,12 +407,14 @@ def test_nuts_full_mass_is_the_model_default_and_reaches_the_kernel(given, expec
 
     monkeypatch.setattr(mcmc, "NUTS", recording_nuts)
     settings = {} if given is None else {"full_mass": given}
-    pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
-                 samples=5, warmup=5, chains=1, **settings)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="only one chain"):  # 5 draws: only the kernel is read
+        pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, progress=False,
+                     samples=5, warmup=5, chains=1, **settings)
     assert built == [expected]
 
 
 @pytest.mark.slow  # about a minute
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 def test_nuts_full_mass_mixes_on_collinear_features():
     """A dense mass matrix recovers the exact posterior on collinear features with short trajectories
     (about 7 leapfrog steps per draw), where the diagonal one runs into a depth-7 cap (127)."""

@@ -80,8 +80,9 @@ def test_autoguide_class_is_accepted():
 
 
 def test_inference_data_groups_for_a_user_model():
-    result = pyro_bdl.fit(normal_mean_model, {"y": _data()}, inference="nuts", progress=False,
-                          samples=200, warmup=100)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="MCMC diagnostics"):  # 2 x 200 draws: ESS under 200
+        result = pyro_bdl.fit(normal_mean_model, {"y": _data()}, inference="nuts", progress=False,
+                              samples=200, warmup=100)
     idata = result.to_inference_data()
     for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data", "sample_stats"):
         assert group in idata.groups()
