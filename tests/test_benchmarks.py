@@ -1,18 +1,33 @@
-"""Smoke tests of benchmarks/bbb_step.py: it runs and prints its ratios, and its correctness check holds.
+"""Smoke tests of every script in benchmarks/ and scripts/: each runs in a subprocess with tiny flags and
+prints what it promises; bbb_step.py's correctness check holds and has teeth.  A coverage test fails when a
+script has no smoke run here.
 
-No timing is asserted anywhere: the benchmark's numbers are read by people, on demand.
+No timing is asserted anywhere: the benchmarks' numbers are read by people, on demand.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bbb_step.py"
+from toy_uci import write_uci
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bbb_step.py"
+
+
+def run_script(script: str, *args: str, cwd: Path, timeout: float = 300) -> str:
+    """Run ``script`` (a path from the repository root) with ``args`` in a subprocess; its stdout."""
+    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
 
 
 def _load_benchmark():
@@ -22,13 +37,25 @@ def _load_benchmark():
     return module
 
 
+def _smoke_run_scripts() -> set[str]:
+    """The scripts this file's tests pass to ``run_script`` (read from its syntax tree, not from a list
+    that could drift from the tests)."""
+    tree = ast.parse(Path(__file__).read_text())
+    return {call.args[0].value for test in tree.body if isinstance(test, ast.FunctionDef) and test.name.startswith("test_")
+            for call in ast.walk(test) if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "run_script"
+            and call.args and isinstance(call.args[0], ast.Constant)}
+
+
+def test_every_script_has_a_smoke_run():
+    scripts = {str(p.relative_to(ROOT)) for folder in ("benchmarks", "scripts") for p in (ROOT / folder).glob("*.py")}
+    assert scripts, "no scripts found"
+    assert scripts <= _smoke_run_scripts(), f"scripts without a smoke run here: {sorted(scripts - _smoke_run_scripts())}"
+
+
 def test_quick_run_prints_the_ratio_lines(tmp_path):
     # --threads 1: on a shared 2-core machine, 2 threads can be many times slower under load;
     # this keeps the smoke test fast whatever else runs (nothing here is a timing assertion)
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_script("benchmarks/bbb_step.py", "--quick", "--threads", "1", cwd=tmp_path)
     for model in ("bnn-regressor", "bnn-classifier"):
         for path in ("svi default (compiled)", "svi-meanfield default (compiled)", "svi eager (before)",
                      "svi-meanfield eager (before)", "svi-meanfield + local_reparam"):
@@ -41,11 +68,8 @@ def test_quick_run_prints_the_ratio_lines(tmp_path):
 
 
 def test_time_to_target_over_seeds_prints_one_race_per_seed_and_the_median(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--skip-step-timing",
-                           "--seeds", "0", "1", "--max-steps", "100", "--targets", "-5", "0.6"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_script("benchmarks/bbb_step.py", "--quick", "--threads", "1", "--skip-step-timing", "--seeds", "0", "1",
+                     "--max-steps", "100", "--targets", "-5", "0.6", cwd=tmp_path)
     assert "ratio zoo/hand [bnn-regressor" not in out  # step timing skipped
     assert "regressor, seed 0," in out and "regressor, seed 1," in out
     # a target every path reaches at its first evaluation (lpd > -5) has a ratio on both seeds
@@ -111,11 +135,9 @@ def test_the_correctness_check_catches_a_dropped_constant():
 
 
 def test_gradient_clamp_script_runs_a_fit_per_clamp(tmp_path):
-    script = SCRIPT.parent / "gradient_clamp.py"
-    proc = subprocess.run([sys.executable, str(script), "--clamps", "inf", "10", "--data", "sine", "--steps", "50",
-                           "--set", "lr_hold=0"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("clamp")]
+    out = run_script("benchmarks/gradient_clamp.py", "--clamps", "inf", "10", "--data", "sine", "--steps", "50",
+                     "--set", "lr_hold=0", cwd=tmp_path)
+    lines = [line for line in out.splitlines() if line.startswith("clamp")]
     assert [line.split()[1] for line in lines] == ["inf", "10"] and all("gap/data" in line for line in lines)
     assert all(line.endswith("steps=50  lr_hold=0") for line in lines), lines
 
@@ -131,24 +153,18 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
     assert module.parse_spec("svi::activation=tanh") == ("svi", {"activation": "tanh"}, {})  # empty: default widths
     with pytest.raises(ValueError, match="KEY=VALUE"):
         module.parse_spec("svi:8:steps")
-    proc = subprocess.run([sys.executable, str(script), "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30", "--seeds", "0", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if "gap/data" in line]
+    out = run_script("benchmarks/sine_gap.py", "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30", "--seeds", "0", "1",
+                     cwd=tmp_path)
+    lines = [line for line in out.splitlines() if "gap/data" in line]
     assert [line.split()[:3] for line in lines] == [["svi:8", "seed", "0"], ["svi:8", "seed", "1"],
                                                     ["mc-dropout:8,8:p=0.1", "seed", "0"], ["mc-dropout:8,8:p=0.1", "seed", "1"]]
-
-
-MCMC_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "speed_mcmc.py"
 
 
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
     """benchmarks/speed_mcmc.py on tiny runs (zoo against Pyro's NUTS; NumPyro skipped): every ratio line
     is printed and every sampler's blr posterior means lie within Monte Carlo error of the exact ones."""
-    proc = subprocess.run([sys.executable, str(MCMC_SCRIPT), "--quick", "--skip-numpyro", "--workloads", "blr", "bnn"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_script("benchmarks/speed_mcmc.py", "--quick", "--skip-numpyro", "--workloads", "blr", "bnn", cwd=tmp_path,
+                     timeout=600)
     assert "ratio zoo/pyro [blr min ESS/s, zoo, second fit (compile excluded)] = " in out, out
     assert "ratio zoo warm/floor(traced) [bnn time per leapfrog] = " in out, out
     assert "all within 4.5 MC standard errors" in out and "MISMATCH" not in out, out
@@ -185,3 +201,19 @@ def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_
     bad = subprocess.run([sys.executable, str(SCRIPT.parent / "sine_gap.py"), "ensemble", "--family", "--problems", "12"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "indices in 0..11" in bad.stderr
+
+
+def test_uci_script_runs_the_default_fits_and_reports_them(tmp_path):
+    write_uci(tmp_path / "uci" / "toy")
+    out = run_script("benchmarks/uci_regression.py", "--root", str(tmp_path / "uci"), "--datasets", "toy",
+                     "--splits", "0", "1", "--methods", "mc-dropout", cwd=tmp_path)
+    fits = [line.split() for line in out.splitlines() if " split " in line]
+    assert [(f[0], f[2], f[3]) for f in fits] == [("toy", "0", "mc-dropout:"), ("toy", "1", "mc-dropout:")], out
+    assert all(math.isfinite(float(f[5])) and math.isfinite(float(f[7])) for f in fits), out  # RMSE, LL
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:2] == ["toy", "mc-dropout"]]
+    assert math.isfinite(float(row[2])) and math.isfinite(float(row[5])), out  # mean RMSE and LL over the splits
+
+
+def test_gradient_variance_script_prints_the_ratio(tmp_path):
+    out = run_script("scripts/gradient_variance.py", "--score", "50", "--reparam", "20", cwd=tmp_path)
+    assert "variance ratio score / reparam" in out

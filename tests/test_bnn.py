@@ -21,11 +21,11 @@ from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.store import metrics
 from pyro_bdl.uncertainty import accuracy, rmse
 
-pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
-
 
 def test_map_fits_the_sine_curve_in_original_units():
-    result = pyro_bdl.fit("bnn-regressor", "sine", inference="map", progress=False, steps=3000)
+    # MAP's loss still creeps down after 3000 steps (by more than its noise): the fit is good enough here
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+        result = pyro_bdl.fit("bnn-regressor", "sine", inference="map", progress=False, steps=3000)
     x = sine_grid(400)
     inside = ((x[:, 0] > -0.95) & (x[:, 0] < SINE_GAP[0])) | ((x[:, 0] > SINE_GAP[1]) & (x[:, 0] < 0.95))
     pred = result.predict(x[inside])
@@ -41,8 +41,9 @@ def test_predictions_answer_in_the_units_of_the_data():
     base = pyro_bdl.load("sine")
     scaled = pyro_bdl.Dataset("scaled", base.X, base.y * 1000 + 5, base.feature_names, "y")
     kw = dict(inference="map", progress=False, steps=10, seed=1)  # few steps: float32 rounding of the two standardisations is not amplified by a long optimisation
-    p1 = pyro_bdl.fit("bnn-regressor", base, **kw).predict(base.X[:10])
-    p2 = pyro_bdl.fit("bnn-regressor", scaled, **kw).predict(base.X[:10])
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+        p1 = pyro_bdl.fit("bnn-regressor", base, **kw).predict(base.X[:10])
+        p2 = pyro_bdl.fit("bnn-regressor", scaled, **kw).predict(base.X[:10])
     np.testing.assert_allclose(p2["mean"], p1["mean"] * 1000 + 5, rtol=1e-4)
     np.testing.assert_allclose(p2["sd"], p1["sd"] * 1000, rtol=1e-4)
 
@@ -227,8 +228,9 @@ def test_heteroscedastic_net_learns_noise_that_grows_with_x():
     noise_sd = 0.05 + 0.3 * x.abs()
     y = torch.sin(3 * x) + noise_sd * torch.randn(600, generator=gen)
     data = pyro_bdl.Dataset("hetero", x.unsqueeze(1), y, ["x"], "y")
-    fit = pyro_bdl.fit("bnn-regressor", data, inference="map", progress=False, steps=3000,
-                       options={"likelihood": "heteroscedastic", "prior_scale": 1.0})
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # the noise net is still learning at 3000 steps; within 20% already
+        fit = pyro_bdl.fit("bnn-regressor", data, inference="map", progress=False, steps=3000,
+                           options={"likelihood": "heteroscedastic", "prior_scale": 1.0})
     probe = torch.tensor([[-0.9], [-0.2], [0.2], [0.9]])
     truth = 0.05 + 0.3 * probe[:, 0].abs().numpy()
     aleatoric = fit.predict(probe)["aleatoric_sd"].to_numpy()

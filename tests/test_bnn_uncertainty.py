@@ -19,8 +19,6 @@ from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_curve, si
 from pyro_bdl.models.bnn import IN_BETWEEN
 from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
 
-pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
-
 GRID = sine_grid(400)
 XS = GRID[:, 0]
 #: Where the sine data lie (away from the edges of the two intervals), the middle of the gap, beyond the data.
@@ -40,7 +38,8 @@ def gap_ratio(table) -> float:
 # --------------------------------------------------------------------------- sine: the gap
 
 def test_ensemble_is_uncertain_in_the_gap():
-    result = sine_fit("ensemble")
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # at its default steps the members' loss still falls by more than its noise
+        result = sine_fit("ensemble")
     w = result.samples["layer1.weight"]
     assert w.shape[:2] == (5, 1) and not torch.allclose(w[0], w[1])  # independent starts, distinct members
     table = result.predict(GRID)
@@ -52,7 +51,8 @@ def test_ensemble_is_uncertain_in_the_gap():
 def test_point_estimates_are_overconfident_in_the_gap(inference):
     """A point estimate has only the noise: the same sd in the gap as in the data, while its error there
     is many of its own sds (the ensemble's error in the gap is within its sds)."""
-    table = sine_fit(inference).predict(GRID)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # at the default steps the loss still falls by more than its noise
+        table = sine_fit(inference).predict(GRID)
     assert np.allclose(table["epistemic_sd"], 0.0)
     assert gap_ratio(table) < 1.2  # the noise sd, the same everywhere
     z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
@@ -72,6 +72,7 @@ def test_one_hidden_layer_mean_field_and_dropout_cannot_raise_the_gap_variance(i
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 @pytest.mark.parametrize("inference", sorted(IN_BETWEEN))
 def test_in_between_settings_are_uncertain_in_the_gap(inference):
     """The settings ``describe`` recommends for in-between uncertainty, on ``sine``: the gap sd is at least
@@ -126,6 +127,7 @@ def sine_100() -> pyro_bdl.Dataset:
 
 
 @pytest.mark.slow  # about 19 minutes
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 def test_hmc_is_uncertain_in_the_gap():
     """HMC (trajectory length pi/2, adapted step size and diagonal mass) on the same net and points as NUTS
     below: the gap sd at least twice the in-data sd, the mean on the curve where the data are."""
@@ -135,6 +137,7 @@ def test_hmc_is_uncertain_in_the_gap():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")  # slow, not yet run with the warning as an error: shown, not hidden
 def test_nuts_gold_standard_on_the_small_network():
     """NUTS on the 1-50-1 net with 100 of the sine points (the issue's size), one long chain (12-14 min),
     fitted once for both of its checks (one test, so that no two test workers fit it):

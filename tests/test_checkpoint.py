@@ -55,8 +55,8 @@ def test_mcmc_keeps_finished_chains(tmp_path):
     ck = tmp_path / "mcmc.ckpt"
     first = Interrupter(at=None)
     # count the calls of one chain, then interrupt the second chain half way
-    # Pyro's kernel: its chains run one after another (the zoo's run together: tests/test_nuts_kernel.py)
-    pyro_bdl.fit(first, {"y": Y}, inference="nuts", progress=False, samples=100, warmup=100, chains=1, kernel="pyro")
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="only one chain"):
+        pyro_bdl.fit(first, {"y": Y}, inference="nuts", progress=False, samples=100, warmup=100, chains=1, kernel="pyro")
     per_chain = first.calls
     second = Interrupter(at=per_chain + per_chain // 2)
     with pytest.raises(KeyboardInterrupt):
@@ -64,8 +64,9 @@ def test_mcmc_keeps_finished_chains(tmp_path):
                      checkpoint=ck, kernel="pyro")
     chain0 = torch.load(ck, weights_only=True)["state"]["chains"][0]["samples"]["mu"]
     third = Interrupter(at=None)
-    result = pyro_bdl.fit(third, {"y": Y}, inference="nuts", progress=False, samples=100, warmup=100, chains=2,
-                          checkpoint=ck, kernel="pyro")
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="MCMC diagnostics"):  # 2 x 100 draws
+        result = pyro_bdl.fit(third, {"y": Y}, inference="nuts", progress=False, samples=100, warmup=100, chains=2,
+                              checkpoint=ck, kernel="pyro")
     assert torch.equal(result.samples["mu"][0], chain0)
     assert third.calls < 1.5 * per_chain  # chain 0 was not run again
 

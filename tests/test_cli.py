@@ -186,7 +186,6 @@ def test_unknown_command_exits_nonzero(tmp_path):
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
 
 
-@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     out = tmp_path / "reg"
     assert main(["fit", "bnn-regressor", "--inference", "map", "--steps", "1500", "--out", str(out), "--no-progress"]) == 0

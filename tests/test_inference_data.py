@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import arviz as az
 import pytest
 
@@ -23,7 +24,7 @@ def test_every_method_has_quick_settings():
     assert all(QUICK.values()), [name for name, quick in QUICK.items() if not quick]
 
 
-@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # smoke runs; the warnings: test_diagnostics
 @pytest.mark.parametrize("model,method", CASES)
 def test_inference_data_groups(model, method, tmp_path):
     spec = pyro_bdl.get_model(model)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 import pyro_bdl
@@ -50,7 +51,8 @@ def test_approximates_the_coin_beta_in_logit_coordinates():
 
 
 def test_gives_inference_data_and_predictions_like_every_method():
-    fit = pyro_bdl.fit("blr", inference="laplace", steps=500, samples=200, progress=False)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 500 steps: short on purpose
+        fit = pyro_bdl.fit("blr", inference="laplace", steps=500, samples=200, progress=False)
     idata = fit.to_inference_data()
     assert {"posterior", "posterior_predictive", "log_likelihood", "observed_data"} <= set(idata.groups())
     assert idata.posterior["w"].shape == (1, 200, 3)

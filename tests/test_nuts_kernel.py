@@ -250,6 +250,7 @@ def test_runner_returns_draws_and_resumes_from_a_checkpoint(tmp_path):
     assert set(both.info) == {"mean_accept_prob", "divergences"}
 
 
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 30-draw runs: which kernel ran is what is tested
 def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
     import pyro_bdl
 
