@@ -44,8 +44,7 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
-from pyro_bdl.feature_maps import features, parse_feature_weights, parse_widths, split_feature_options
-from pyro_bdl.layers import ACTIVATIONS
+from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, features, split_feature_options
 from pyro_bdl.registry import ModelSpec, Option, get_model, register
 
 from .blr import posterior_moments as _blr_posterior_moments
@@ -149,25 +148,13 @@ class PrincipalAxesGuide:
         return theta
 
 
-# --------------------------------------------------------------------------- registry
-
 SPEC = register(
     ModelSpec(
         name="last-layer",
         model=last_layer,
         summary="Bayesian last layer y ~ N(phi(x)^T w + b, sigma^2) on a fixed (random or trained) feature map",
         options={
-            "hidden": Option(None, "feature-map widths, e.g. 50 or 50,50 (h = the last); default 50 for random "
-                                   "features, the weights' own with feature_weights", parse_widths),
-            "activation": Option(None, f"feature-map activation, one of {', '.join(ACTIVATIONS)}; default tanh "
-                                       "for random features, the weights' own with feature_weights", str),
-            "feature_seed": Option(0, "seed of the random feature-map weights", int),
-            "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)"),
-            "feature_weights": Option(None, "trained or given feature map instead of random features: the --out "
-                                            "directory of a map/mle bnn-regressor fit on the same data (its hidden "
-                                            "layers), or a JSON file (or inline JSON) {activation, layers: "
-                                            "[{weight, bias}, ...]}, e.g. json.dump(train_feature_map(data))",
-                                      parse_feature_weights),
+            **FEATURE_MAP_OPTIONS,
             "prior_scale": Option(1.0, "prior sd s of w and b"),
             "noise": Option(0.1, "known noise sd sigma, in standardised units"),
         },

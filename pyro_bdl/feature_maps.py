@@ -36,7 +36,7 @@ import torch
 
 from .layers import ACTIVATIONS
 
-__all__ = ["FEATURE_OPTIONS", "features", "parse_widths", "split_feature_options", "parse_feature_weights",
+__all__ = ["FEATURE_OPTIONS", "FEATURE_MAP_OPTIONS", "features", "parse_widths", "split_feature_options", "parse_feature_weights",
            "feature_map_of", "train_feature_map"]
 
 #: The options that decide a feature map phi.
@@ -212,3 +212,24 @@ def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: s
     net = fit("bnn-regressor", data, inference="map", target=target, seed=seed, progress=False,
               options={"hidden": widths, "activation": activation, "prior_scale": prior_scale}, **settings)
     return feature_map_of(net)
+
+
+def _option_table() -> dict:
+    from .registry import Option
+
+    return {
+        "hidden": Option(None, "feature-map widths, e.g. 50 or 50,50 (h = the last); default 50 for random features, "
+                               "the weights' own with feature_weights", parse_widths),
+        "activation": Option(None, f"feature-map activation, one of {', '.join(ACTIVATIONS)}; default tanh for random "
+                                   "features, the weights' own with feature_weights", str),
+        "feature_seed": Option(0, "seed of the random feature-map weights", int),
+        "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)"),
+        "feature_weights": Option(None, "trained or given feature map instead of random features: the --out directory "
+                                        "of a map/mle bnn-regressor fit on the same data (its hidden layers), or a JSON "
+                                        "file (or inline JSON) {activation, layers: [{weight, bias}, ...]}, e.g. "
+                                        "json.dump(train_feature_map(data))", parse_feature_weights),
+    }
+
+
+#: The options of a model with a fixed feature map (``pyro-bdl describe last-layer`` lists them).
+FEATURE_MAP_OPTIONS = _option_table()
