@@ -147,11 +147,22 @@ def compare_methods(results: Mapping[str, object], sites=None) -> pd.DataFrame:
     return pd.concat(frames, axis=1)
 
 
+#: PSIS-LOO from fewer posterior draws than this is not an estimate: ``compare_loo`` leaves such fits out.
+MIN_LOO_DRAWS = 100
+
+
 def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
-    """``az.compare`` on PSIS-LOO for the fits that have a sample (point estimates are skipped)."""
+    """``az.compare`` on PSIS-LOO for the fits that have a posterior sample of at least :data:`MIN_LOO_DRAWS`
+    draws (point estimates and, e.g., a 5-member ensemble are left out, with a warning naming them: their
+    "LOO" would be the in-sample fit)."""
     import arviz as az
 
-    idatas = {k: r.to_inference_data() for k, r in results.items() if not r.point_estimate}
+    few = [k for k, r in results.items() if not r.point_estimate and r.num_draws < MIN_LOO_DRAWS]
+    if few:
+        warnings.warn(f"compare_loo leaves out {', '.join(few)}: fewer than {MIN_LOO_DRAWS} posterior draws",
+                      UserWarning, stacklevel=2)
+    idatas = {k: r.to_inference_data() for k, r in results.items()
+              if not r.point_estimate and r.num_draws >= MIN_LOO_DRAWS}
     if len(idatas) < 2:
         raise ValueError("compare_loo needs at least two fits with posterior samples")
     return az.compare(idatas, ic="loo", **kwargs)

@@ -226,3 +226,15 @@ def test_unknown_settings_methods_and_guides_are_named():
         pyro_bdl.fit("gp", inference="svi", progress=False)
     with pytest.raises(ValueError, match="unknown option 'gamma'"):
         pyro_bdl.fit("coin", inference="map", options={"gamma": 1}, progress=False)
+
+
+def test_compare_loo_leaves_out_fits_with_too_few_draws():
+    """PSIS-LOO from a handful of draws (an ensemble's members, a short chain) is the in-sample fit, not an
+    estimate: such fits are left out, and the warning names them."""
+    fits = {"importance": pyro_bdl.fit("coin", inference="importance", samples=1000, progress=False),
+            "laplace": pyro_bdl.fit("coin", inference="laplace", progress=False)}
+    with pytest.warns(pyro_bdl.ConvergenceWarning):  # 2 x 20 draws: the diagnostics say so too
+        fits["short"] = pyro_bdl.fit("coin", inference="nuts", samples=20, warmup=20, progress=False)
+    with pytest.warns(UserWarning, match="compare_loo leaves out short: fewer than 100 posterior draws"):
+        table = pyro_bdl.compare_loo(fits)
+    assert set(table.index) == {"importance", "laplace"}
