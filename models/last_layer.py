@@ -44,6 +44,7 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
+from pyro_bdl.inference import Domain
 from pyro_bdl.feature_maps import features, parse_feature_weights, parse_widths, split_feature_options
 from pyro_bdl.layers import ACTIVATIONS
 from pyro_bdl.registry import ModelSpec, Option, get_model, register
@@ -161,15 +162,16 @@ SPEC = register(
                                    "features, the weights' own with feature_weights", parse_widths),
             "activation": Option(None, f"feature-map activation, one of {', '.join(ACTIVATIONS)}; default tanh "
                                        "for random features, the weights' own with feature_weights", str),
-            "feature_seed": Option(0, "seed of the random feature-map weights", int),
-            "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)"),
+            "feature_seed": Option(0, "seed of the random feature-map weights", int, domain=Domain(int, 0)),
+            "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)",
+                                    domain=Domain(float, 0, open_low=True, finite=True)),
             "feature_weights": Option(None, "trained or given feature map instead of random features: the --out "
                                             "directory of a map/mle bnn-regressor fit on the same data (its hidden "
                                             "layers), or a JSON file (or inline JSON) {activation, layers: "
                                             "[{weight, bias}, ...]}, e.g. json.dump(train_feature_map(data))",
                                       parse_feature_weights),
-            "prior_scale": Option(1.0, "prior sd s of w and b"),
-            "noise": Option(0.1, "known noise sd sigma, in standardised units"),
+            "prior_scale": Option(1.0, "prior sd s of w and b", domain=Domain(float, 0, open_low=True, finite=True)),
+            "noise": Option(0.1, "known noise sd sigma, in standardised units", domain=Domain(float, 0, open_low=True, finite=True)),
         },
         traits=frozenset({"continuous", "low-dimensional"}),
         # collinear features make the posterior badly conditioned: a dense mass matrix, and svi in the principal

@@ -14,6 +14,7 @@ Example
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,12 +109,16 @@ def load_csv(path: str | Path, target: str | None, features: list[str] | None = 
         raise DataError(f"{path}: no such file (and not an embedded data set; see `pyro-bdl list`)")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: the file is empty")
+    from .validate import csv_text  # the raw text checked: encoding, header names, row lengths, delimiter
+
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(io.StringIO(csv_text(path)))
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except pd.errors.ParserError as exc:
         raise DataError(f"{path}: not a readable CSV file ({exc})") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
     return from_frame(df, target, name=str(path), features=features)
 
 
