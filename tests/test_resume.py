@@ -7,7 +7,11 @@ interrupted run from its checkpoint, and compares draws and losses with ``torch.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,3 +135,57 @@ def test_rng_state_round_trips_every_stream():
         torch.rand(5), np.random.rand(5), random.random()
     assert torch.equal(drawn[0], torch.rand(3)) and np.array_equal(drawn[1], np.random.rand(3))
     assert drawn[2] == random.random()
+
+
+# ---------------------------------------------------------------- kill -9 of the command line at random points
+
+CLI_RUNS = {
+    "svi": ["bnn-regressor", "--inference", "svi", "--steps", "2000", "--option", "hidden=8", "--batch-size", "32"],
+    "ensemble": ["bnn-regressor", "--inference", "ensemble", "--steps", "300", "--set", "members=4", "--option",
+                 "hidden=8"],
+    "nuts": ["blr", "--inference", "nuts", "--samples", "300", "--warmup", "200", "--chains", "4", "--set",
+             "kernel=pyro"],
+}
+
+
+def _cli(*args, **popen):
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("pyro-bdl") or str(Path(sys.executable).with_name("pyro-bdl"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([exe, "fit", *args, "--no-progress"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", CLI_RUNS)
+def test_kill_9_at_a_random_point_then_rerun_ends_where_the_uninterrupted_run_ends(run, tmp_path):
+    """``kill -9`` once a checkpoint exists, at a random moment after it; the same command again resumes and
+    writes the draws the uninterrupted command writes (the random delay is drawn with the test's own seed)."""
+    import arviz as az
+
+    args = CLI_RUNS[run]
+    reference = tmp_path / "reference"
+    assert _cli(*args, "--out", str(reference)).wait(timeout=900) == 0
+    out, delay = tmp_path / "killed", np.random.default_rng(sum(map(ord, run))).uniform(0.0, 1.0)
+    proc = _cli(*args, "--out", str(out))
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint.pt").exists():
+        assert proc.poll() is None, "the run ended before it wrote a checkpoint: make it longer"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(delay)
+    killed = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert killed, "the run finished before the kill: make it longer"
+    assert not (out / "posterior.nc").exists() and (out / "checkpoint.pt").exists()
+    resumed = _cli(*args, "--out", str(out))
+    assert resumed.wait(timeout=900) == 0
+    assert "resuming from" in resumed.stderr.read()
+    a, b = az.from_netcdf(str(reference / "posterior.nc")), az.from_netcdf(str(out / "posterior.nc"))
+    for name in a.posterior.data_vars:
+        assert np.array_equal(a.posterior[name].values, b.posterior[name].values), name
+    assert (reference / "summary.csv").read_bytes() == (out / "summary.csv").read_bytes()
