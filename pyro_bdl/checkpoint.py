@@ -95,7 +95,15 @@ class Checkpoint:
         """The saved state, or None when there is no checkpoint yet."""
         if not self.path.exists():
             return None
-        state = torch.load(self.path, weights_only=True)
+        try:
+            state = torch.load(self.path, weights_only=True)
+            if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+                raise ValueError("not a checkpoint of pyro-bdl")
+        except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file
+            from .data import DataError
+
+            raise DataError(f"{self.path}: not a readable checkpoint ({type(exc).__name__}: {exc}); delete it "
+                            "to start the run afresh") from None
         if state.get("fingerprint") != self.fingerprint:
             raise ValueError(
                 f"{self.path} is a checkpoint of a different run (model, method, seed, settings or data "

@@ -70,6 +70,11 @@ def _check_finite(df: pd.DataFrame, source: str) -> None:
             raise DataError(
                 f"{source}: column '{col}' has {len(rows)} NaN/missing/infinite value(s) at data row(s) {shown}"
             )
+        huge = np.abs(values.to_numpy(dtype=float)) > np.finfo(np.float32).max  # would become inf in float32
+        if huge.any():
+            row = int(np.flatnonzero(huge)[0])
+            raise DataError(f"{source}: column '{col}' holds {df[col].iloc[row]!r} at data row {row + 1}, beyond the "
+                            f"largest float32 ({np.finfo(np.float32).max:.3g}); rescale the column")
 
 
 def from_frame(

@@ -247,3 +247,18 @@ def test_existing_fit_is_refused_without_force(tmp_path, capsys):
     assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), *MAP, "--seed", "1",
                  "--force"]) == 0
     assert json.loads((out / "metrics.json").read_text())["seed"] == 1
+
+
+def test_a_value_beyond_float32_is_refused_not_made_infinite(tmp_path):
+    path = tmp_path / "huge.csv"
+    path.write_text("x,y\n1,2\n1e39,3\n")
+    with pytest.raises(DataError, match="column 'x' holds .* at data row 2, beyond the largest float32"):
+        load_csv(path, target="y")
+
+
+def test_a_damaged_checkpoint_is_refused_naming_it(tmp_path, capsys):
+    data, out = _csv(tmp_path / "good.csv"), tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(b"\x00garbage")
+    assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), *MAP]) == 2
+    assert f"{out / 'checkpoint.pt'}: not a readable checkpoint" in capsys.readouterr().err
