@@ -92,9 +92,9 @@ def _cmd_fit(args) -> None:
     from .diagnostics import DIAGNOSTIC_KEYS
     from .evaluate import evaluate_fit
     from .registry import get_model
-    from .store import PARAMS, write_fit
+    from .store import write_fit
 
-    from .validate import check_out_dir
+    from .validate import check_out_dir, remove_stale
 
     spec = get_model(args.model)
     check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
@@ -127,8 +127,8 @@ def _cmd_fit(args) -> None:
     if test is not None:
         result.info["heldout"] = {"fraction": test_fraction, **evaluate_fit(result, test)}
     files = write_fit(result, args.out, test)
-    if args.force and PARAMS not in files:  # a replaced fit's parameters must not outlive it
-        (Path(args.out) / PARAMS).unlink(missing_ok=True)
+    if args.force:  # the replaced fit's files must not outlive it
+        remove_stale(args.out, files)
     summary = result.summary()
     print(summary.head(12).to_string() + (f"\n... {len(summary) - 12} more rows in summary.csv" if len(summary) > 12 else ""))
     extra = {k: result.info[k] for k in DIAGNOSTIC_KEYS if k in result.info}

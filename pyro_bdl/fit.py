@@ -13,7 +13,6 @@ import pyro
 import torch
 
 from .checkpoint import Checkpoint, fingerprint
-from .validate import check_training_data
 from .data import DataError, Dataset, as_model_kwargs, nan_check_kwargs
 from .datasets import load
 from .diagnostics import importance_report, mcmc_report, svi_report
@@ -22,6 +21,7 @@ from .inference.base import RunContext, with_deterministic
 from .registry import ModelSpec, get_model, resolve, takes_minibatches
 from .result import FitResult
 from .transforms import StandardizedModel, Standardizer
+from .validate import check_training_data
 
 __all__ = ["fit"]
 

@@ -28,10 +28,13 @@ import torch
 from .data import DataError
 
 __all__ = ["DataWarning", "FitDirectoryError", "OutputPathError", "csv_text", "check_out_dir", "check_out_file",
-           "check_training_data", "FIT_FILES"]
+           "check_training_data", "FIT_FILES", "ALL_FIT_FILES", "remove_stale"]
 
 #: The files whose presence marks a directory as holding a fit (``pyro-bdl fit --out``).
 FIT_FILES = ("posterior.nc", "metrics.json")
+#: Every file a fit may write (:func:`pyro_bdl.store.write_fit` and its plots): what ``--force`` replaces.
+ALL_FIT_FILES = FIT_FILES + ("summary.csv", "params.pt", "loss.png", "trace.png", "posterior.png", "predictive.png",
+                             "reliability.png")
 
 
 class DataWarning(UserWarning):
@@ -98,6 +101,15 @@ def check_out_dir(path: str | Path, force: bool = False) -> None:
     if held and not force:
         raise OutputPathError(f"--out {path}: already holds a fit ({', '.join(held)}); choose another directory, "
                               "or pass --force to replace it")
+
+
+def remove_stale(out_dir: str | Path, written: list[str]) -> list[str]:
+    """After ``--force``: remove the files of the replaced fit that the new one did not write (a sampler's
+    ``trace.png`` after an optimiser's fit, its ``params.pt``); returns their names."""
+    stale = [name for name in ALL_FIT_FILES if name not in written and (Path(out_dir) / name).exists()]
+    for name in stale:
+        (Path(out_dir) / name).unlink()
+    return stale
 
 
 def check_out_file(path: str | Path) -> None:

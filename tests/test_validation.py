@@ -247,6 +247,10 @@ def test_existing_fit_is_refused_without_force(tmp_path, capsys):
     assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), *MAP, "--seed", "1",
                  "--force"]) == 0
     assert json.loads((out / "metrics.json").read_text())["seed"] == 1
+    assert (out / "loss.png").exists()
+    assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), "--inference", "nuts",
+                 "--samples", "20", "--warmup", "20", "--chains", "1", "--no-progress", "--force"]) == 0
+    assert (out / "trace.png").exists() and not (out / "loss.png").exists()  # the replaced fit's files are gone
 
 
 def test_a_value_beyond_float32_is_refused_not_made_infinite(tmp_path):
