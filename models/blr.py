@@ -33,6 +33,7 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
+from pyro_bdl.inference import Domain
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["blr", "exact_posterior", "posterior_moments", "least_squares"]
@@ -88,8 +89,9 @@ SPEC = register(
         model=blr,
         summary="Bayesian linear regression y ~ N(Xw + b, sigma^2) (exact posterior for known noise)",
         options={
-            "prior_scale": Option(1.0, "prior standard deviation s of w and b"),
-            "noise": Option(None, "fixed noise sd sigma; omit (or 'none') to infer sigma ~ HalfNormal(1)", _parse_noise),
+            "prior_scale": Option(1.0, "prior standard deviation s of w and b", domain=Domain(float, 0, open_low=True, finite=True)),
+            "noise": Option(None, "fixed noise sd sigma; omit (or 'none') to infer sigma ~ HalfNormal(1)", _parse_noise,
+                            domain=Domain(float, 0, open_low=True, finite=True)),
         },
         default_data="linear",
         traits=frozenset({"continuous", "low-dimensional"}),

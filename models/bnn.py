@@ -42,6 +42,7 @@ import pyro.distributions as dist
 import torch.nn.functional as F
 
 from pyro_bdl.layers import ACTIVATIONS, PRIORS, forward, hidden_widths, per_example, sample_layers
+from pyro_bdl.inference import Domain
 from pyro_bdl.networks import NOISE_INIT, network_spec
 from pyro_bdl.registry import ModelSpec, Option, register
 
@@ -125,10 +126,12 @@ register(ModelSpec(
     model=bnn_regressor,
     summary="Bayesian MLP regression, N(f(x), sigma^2) or heteroscedastic (inputs/targets standardised)",
     options={**_COMMON,
-             "prior_scale": Option(2.0, "prior sd s of the normal prior (weights: s / sqrt(fan_in))"),
+             "prior_scale": Option(2.0, "prior sd s of the normal prior (weights: s / sqrt(fan_in))",
+                                   domain=Domain(float, 0, open_low=True, finite=True)),
              "likelihood": Option("homoscedastic", "homoscedastic or heteroscedastic", str),
              "noise": Option(None, f"fixed noise sd in standardised units; omit to infer it (optimisation starts it "
-                             f"at {NOISE_INIT})", lambda t: None if t.lower() in ("", "none") else float(t))},
+                             f"at {NOISE_INIT})", lambda t: None if t.lower() in ("", "none") else float(t),
+                             domain=Domain(float, 0, open_low=True, finite=True))},
     default_data="sine",
     notes=in_between_note(),
     **network_spec(),
@@ -139,8 +142,9 @@ register(ModelSpec(
     summary="Bayesian MLP classification, Categorical(softmax(f(x))) (inputs standardised)",
     options={**_COMMON,
              "prior_scale": Option(8.0, "prior sd s of the normal prior (weights: s / sqrt(fan_in)); sets the logit "
-                                   "scale"),
-             "num_classes": Option(None, "number of classes (default: from the training labels)", int)},
+                                   "scale", domain=Domain(float, 0, open_low=True, finite=True)),
+             "num_classes": Option(None, "number of classes (default: from the training labels)", int,
+                                   domain=Domain(int, 2))},
     default_data="digits",
     **network_spec(classifier=True),
 ))

@@ -33,6 +33,7 @@ import torch
 from torch.distributions import constraints
 
 from pyro_bdl.data import check_binary
+from pyro_bdl.inference import Domain
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["coin", "beta_guide", "exact_posterior", "posterior_beta", "next_toss_probability"]
@@ -99,8 +100,8 @@ SPEC = register(
         model=coin,
         summary="Beta-Bernoulli coin pi ~ Beta(alpha, beta) (exact posterior)",
         options={
-            "alpha": Option(1.0, "prior pseudo-count of heads"),
-            "beta": Option(1.0, "prior pseudo-count of tails"),
+            "alpha": Option(1.0, "prior pseudo-count of heads", domain=Domain(float, 0, open_low=True, finite=True)),
+            "beta": Option(1.0, "prior pseudo-count of tails", domain=Domain(float, 0, open_low=True, finite=True)),
         },
         default_data="coin",
         traits=frozenset({"continuous", "low-dimensional"}),

@@ -45,6 +45,7 @@ import torch
 
 from pyro_bdl.data import check_has_features
 from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, features, split_feature_options
+from pyro_bdl.inference import Domain
 from pyro_bdl.registry import ModelSpec, Option, get_model, register
 
 from .blr import posterior_moments as _blr_posterior_moments
@@ -155,8 +156,9 @@ SPEC = register(
         summary="Bayesian last layer y ~ N(phi(x)^T w + b, sigma^2) on a fixed (random or trained) feature map",
         options={
             **FEATURE_MAP_OPTIONS,
-            "prior_scale": Option(1.0, "prior sd s of w and b"),
-            "noise": Option(0.1, "known noise sd sigma, in standardised units"),
+            "prior_scale": Option(1.0, "prior sd s of w and b", domain=Domain(float, 0, open_low=True, finite=True)),
+            "noise": Option(0.1, "known noise sd sigma, in standardised units",
+                            domain=Domain(float, 0, open_low=True, finite=True)),
         },
         traits=frozenset({"continuous", "low-dimensional"}),
         # collinear features make the posterior badly conditioned: a dense mass matrix, and svi in the principal

@@ -24,6 +24,7 @@ from .inference import METHODS
 from .registry import get_model, list_models
 from .result import FitResult
 from .store import load_fit
+from .validate import DataWarning, FitDirectoryError, OutputPathError
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,9 @@ __all__ = [
     "METHODS",
     "Dataset",
     "DataError",
+    "DataWarning",
+    "FitDirectoryError",
+    "OutputPathError",
     "load",
     "load_csv",
     "compare_methods",

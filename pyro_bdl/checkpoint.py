@@ -17,15 +17,18 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .files import atomic_write
 
-__all__ = ["Checkpoint", "fingerprint"]
+__all__ = ["Checkpoint", "fingerprint", "rng_state", "set_rng_state", "kept_rng"]
 
 
 def fingerprint(**parts) -> str:
@@ -42,6 +45,45 @@ def fingerprint(**parts) -> str:
     return h.hexdigest()[:16]
 
 
+def rng_state() -> dict:
+    """The state of every random stream a run draws from (torch's, numpy's and Python's global generators), as
+    tensors, numbers and strings a checkpoint can hold (no pickle): a resumed run goes on drawing exactly what
+    the uninterrupted run draws (the minibatches a plate subsamples, the guide's draws, MCMC's momenta).
+
+    >>> state = rng_state(); a = torch.rand(2); set_rng_state(state); torch.equal(a, torch.rand(2))
+    True
+    """
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
+            "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                       "gauss_next": gauss_next}}
+
+
+def set_rng_state(state) -> None:
+    """Restore what :func:`rng_state` saved (a bare tensor: torch's state alone, as older checkpoints hold)."""
+    if isinstance(state, torch.Tensor):
+        torch.set_rng_state(state)
+        return
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss_next"]))
+
+
+@contextlib.contextmanager
+def kept_rng():
+    """Run a block without moving any random stream: the states are put back after it."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
+
+
 class Checkpoint:
     """One checkpoint file for one run (``fingerprint`` names the run)."""
 
@@ -53,7 +95,15 @@ class Checkpoint:
         """The saved state, or None when there is no checkpoint yet."""
         if not self.path.exists():
             return None
-        state = torch.load(self.path, weights_only=True)
+        try:
+            state = torch.load(self.path, weights_only=True)
+            if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+                raise ValueError("not a checkpoint of pyro-bdl")
+        except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file
+            from .data import DataError
+
+            raise DataError(f"{self.path}: not a readable checkpoint ({type(exc).__name__}: {exc}); delete it "
+                            "to start the run afresh") from None
         if state.get("fingerprint") != self.fingerprint:
             raise ValueError(
                 f"{self.path} is a checkpoint of a different run (model, method, seed, settings or data "

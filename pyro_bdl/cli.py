@@ -3,7 +3,8 @@
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
 with nothing written.  Ctrl-C during ``fit`` keeps the work done in ``OUT/checkpoint.pt``
-(exit 130); the same command run again resumes from it.
+(exit 130); the same command run again resumes from it.  ``fit`` refuses an ``--out`` directory that
+already holds a fit unless given ``--force``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _cmd_describe(args) -> None:
         print(spec.notes + "\n")
     print("Options (--option KEY=VALUE):")
     for key, opt in spec.options.items():
-        print(f"  {key} = {opt.default!r}: {opt.doc}")
+        print(f"  {key} = {opt.default!r}: {opt.doc}" + (f" ({opt.domain.describe()})" if opt.domain else ""))
     print(f"\nSample sites (default options): {', '.join(spec.sites())}")
     if spec.guides:
         print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
@@ -93,7 +94,10 @@ def _cmd_fit(args) -> None:
     from .registry import get_model
     from .store import write_fit
 
+    from .validate import check_out_dir, remove_stale
+
     spec = get_model(args.model)
+    check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
@@ -123,6 +127,8 @@ def _cmd_fit(args) -> None:
     if test is not None:
         result.info["heldout"] = {"fraction": test_fraction, **evaluate_fit(result, test)}
     files = write_fit(result, args.out, test)
+    if args.force:  # the replaced fit's files must not outlive it
+        remove_stale(args.out, files)
     summary = result.summary()
     print(summary.head(12).to_string() + (f"\n... {len(summary) - 12} more rows in summary.csv" if len(summary) > 12 else ""))
     extra = {k: result.info[k] for k in DIAGNOSTIC_KEYS if k in result.info}
@@ -138,7 +144,9 @@ def _cmd_predict(args) -> None:
     from .data import load_csv
     from .files import atomic_write_text
     from .store import load_fit
+    from .validate import check_out_file
 
+    check_out_file(args.out)
     result = load_fit(args.fit_dir)
     features = result.info["feature_names"]
     dataset = load_csv(args.data, target=None, features=features)
@@ -178,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-fraction", type=float,
                    help="hold out this fraction for metrics (default 0.2 for networks, 0 otherwise)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--force", action="store_true",
+                   help="replace the fit an --out directory already holds (without it, such a directory is refused)")
     p.set_defaults(run=_cmd_fit)
 
     p = sub.add_parser("predict", help="posterior predictive for new rows")

@@ -14,6 +14,7 @@ Example
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,11 @@ def _check_finite(df: pd.DataFrame, source: str) -> None:
             raise DataError(
                 f"{source}: column '{col}' has {len(rows)} NaN/missing/infinite value(s) at data row(s) {shown}"
             )
+        huge = np.abs(values.to_numpy(dtype=float)) > np.finfo(np.float32).max  # would become inf in float32
+        if huge.any():
+            row = int(np.flatnonzero(huge)[0])
+            raise DataError(f"{source}: column '{col}' holds {df[col].iloc[row]!r} at data row {row + 1}, beyond the "
+                            f"largest float32 ({np.finfo(np.float32).max:.3g}); rescale the column")
 
 
 def from_frame(
@@ -108,12 +114,16 @@ def load_csv(path: str | Path, target: str | None, features: list[str] | None = 
         raise DataError(f"{path}: no such file (and not an embedded data set; see `pyro-bdl list`)")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: the file is empty")
+    from .validate import csv_text  # the raw text checked: encoding, header names, row lengths, delimiter
+
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(io.StringIO(csv_text(path)))
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except pd.errors.ParserError as exc:
         raise DataError(f"{path}: not a readable CSV file ({exc})") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
     return from_frame(df, target, name=str(path), features=features)
 
 

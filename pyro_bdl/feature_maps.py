@@ -215,6 +215,7 @@ def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: s
 
 
 def _option_table() -> dict:
+    from .inference import Domain
     from .registry import Option
 
     return {
@@ -222,8 +223,9 @@ def _option_table() -> dict:
                                "the weights' own with feature_weights", parse_widths),
         "activation": Option(None, f"feature-map activation, one of {', '.join(ACTIVATIONS)}; default tanh for random "
                                    "features, the weights' own with feature_weights", str),
-        "feature_seed": Option(0, "seed of the random feature-map weights", int),
-        "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)"),
+        "feature_seed": Option(0, "seed of the random feature-map weights", int, domain=Domain(int, 0)),
+        "feature_scale": Option(2.0, "random features: sd t of the biases; weights have sd t / sqrt(fan_in)",
+                                domain=Domain(float, 0, open_low=True, finite=True)),
         "feature_weights": Option(None, "trained or given feature map instead of random features: the --out directory "
                                         "of a map/mle bnn-regressor fit on the same data (its hidden layers), or a JSON "
                                         "file (or inline JSON) {activation, layers: [{weight, bias}, ...]}, e.g. "

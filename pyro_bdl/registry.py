@@ -50,11 +50,14 @@ def takes_minibatches(model: Callable) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    """One model option: its default, what it means, and how a CLI string is parsed."""
+    """One model option: its default, what it means, how a CLI string is parsed, and the values it admits."""
 
     default: Any
     doc: str
     parse: Callable[[str], Any] = float
+    #: the values a numeric option admits (a :class:`pyro_bdl.inference.Domain`); None (the option's value)
+    #: is always admitted, as "not set"
+    domain: Any = None
 
 
 @dataclass(frozen=True)
@@ -168,12 +171,14 @@ class ModelSpec:
             )
         resolved = {}
         for key, opt in self.options.items():
-            value = options.get(key, opt.default)
+            value = given = options.get(key, opt.default)
             if isinstance(value, str):
                 try:
                     value = opt.parse(value)
                 except ValueError as exc:
                     raise ValueError(f"option {key}={value!r} for model '{self.name}': {exc}") from None
+            if opt.domain is not None and value is not None:
+                value = opt.domain.check(value, f"option '{key}' of model '{self.name}'", given)
             resolved[key] = value
         return resolved
 

@@ -24,6 +24,7 @@ from .arviz_io import samples_from_inference_data
 from .plots import write_plots
 from .registry import get_model
 from .result import FitResult
+from .validate import FitDirectoryError
 from .transforms import StandardizedModel, Standardizer
 
 __all__ = ["metrics", "write_fit", "load_fit", "PARAMS"]
@@ -82,38 +83,65 @@ def load_fit(fit_dir: str | Path) -> FitResult:
     """Rebuild a :class:`FitResult` of a zoo model from its fit directory (``posterior.nc``)."""
     path = Path(fit_dir) / "posterior.nc"
     if not path.exists():
-        raise FileNotFoundError(f"{fit_dir}: no posterior.nc here (is this the --out directory of `pyro-bdl fit`?)")
-    idata = az.from_netcdf(str(path))
-    attrs = idata.posterior.attrs
+        raise FitDirectoryError(f"{fit_dir}: no posterior.nc here (is this the --out directory of `pyro-bdl fit`?)")
+    try:  # any failure to read a file of the directory is an error naming the file (FitDirectoryError)
+        idata = az.from_netcdf(str(path))
+        attrs = idata.posterior.attrs
+    except Exception as exc:  # h5py / netCDF4 / xarray raise OSError, ValueError, KeyError, ... for a damaged file
+        raise FitDirectoryError(f"{path}: not a readable NetCDF file ({type(exc).__name__}: {exc})") from None
     if attrs.get("inference_library") != "pyro_bdl":
-        raise ValueError(f"{path} was not written by pyro-bdl")
-    spec = get_model(attrs["model"])
-    options = json.loads(attrs["options"])
-    sites = json.loads(attrs["likelihood_sites"])
-    data = {}
-    if "constant_data" in idata.groups():
-        data = {k: torch.tensor(v.values, dtype=torch.float32) for k, v in idata.constant_data.data_vars.items()}
-    observed = torch.tensor(idata.observed_data[sites[0]].values, dtype=torch.float32)
+        raise FitDirectoryError(f"{path} was not written by pyro-bdl")
+    try:
+        spec = get_model(attrs["model"])
+        options = json.loads(attrs["options"])
+        sites = json.loads(attrs["likelihood_sites"])
+        feature_names = json.loads(attrs["feature_names"])
+        seed = int(attrs.get("seed", -1))
+        if not (isinstance(options, dict) and isinstance(sites, list) and sites and isinstance(feature_names, list)):
+            raise ValueError("options, likelihood_sites or feature_names has the wrong type")
+        data = {}
+        if "constant_data" in idata.groups():
+            data = {k: torch.tensor(v.values, dtype=torch.float32) for k, v in idata.constant_data.data_vars.items()}
+        observed = torch.tensor(idata.observed_data[sites[0]].values, dtype=torch.float32)
+        samples = samples_from_inference_data(idata)
+    except Exception as exc:
+        raise FitDirectoryError(f"{path}: damaged or edited ({type(exc).__name__}: {exc})") from None
     if spec.target is not None:
         data[spec.target] = observed
     if spec.size is not None:
         data[spec.size] = len(observed)
+    metrics_path = Path(fit_dir) / "metrics.json"
+    if metrics_path.exists():  # not needed to predict, but a damaged one means a damaged directory
+        try:
+            if not isinstance(json.loads(metrics_path.read_text()), dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError, OSError) as exc:
+            raise FitDirectoryError(f"{metrics_path}: not a readable JSON object ({exc})") from None
     params = {}
     if (Path(fit_dir) / PARAMS).exists():
-        params = torch.load(Path(fit_dir) / PARAMS, weights_only=True)
+        try:
+            params = torch.load(Path(fit_dir) / PARAMS, weights_only=True)
+            if not (isinstance(params, dict) and all(isinstance(v, torch.Tensor) for v in params.values())):
+                raise ValueError("not a dict of tensors")
+        except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file
+            raise FitDirectoryError(f"{Path(fit_dir) / PARAMS}: not a readable parameter file "
+                                    f"({type(exc).__name__}: {exc})") from None
     info = {
         "model": spec.name,
         "options": options,
-        "seed": int(attrs.get("seed", -1)),
-        "feature_names": json.loads(attrs["feature_names"]),
+        "seed": seed,
+        "feature_names": feature_names,
         "target": attrs.get("target") or None,
     }
-    model, standardizer = spec.bind(options), None
-    if attrs.get("standardizer"):
-        standardizer = Standardizer.from_dict(json.loads(attrs["standardizer"]))
-        model = StandardizedModel(model, standardizer, spec.features, spec.target, sites)
+    try:
+        model, standardizer, method = spec.bind(options), None, str(attrs["inference"])
+        if attrs.get("standardizer"):
+            standardizer = Standardizer.from_dict(json.loads(attrs["standardizer"]))
+            model = StandardizedModel(model, standardizer, spec.features, spec.target, sites)
+    except Exception as exc:
+        raise FitDirectoryError(f"{path}: damaged or edited ({type(exc).__name__}: {exc})") from None
     return FitResult(
         standardizer=standardizer,
-        model=model, data=data, method=attrs["inference"],
-        samples=samples_from_inference_data(idata), likelihood_sites=sites, info=info, spec=spec, params=params,
+        model=model, data=data, method=method,
+        samples=samples, likelihood_sites=sites, info=info, spec=spec, params=params,
     )

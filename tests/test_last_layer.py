@@ -277,9 +277,10 @@ LAYER = {"weight": [[1.0, 0.0], [0.0, 1.0]], "bias": [0.0, 0.0]}
 BAD_OPTIONS = {
     "activation": ({"activation": "swish"}, "unknown activation 'swish'"),
     "hidden": ({"hidden": "0"}, "hidden must be one or more positive widths"),
-    "feature_seed": ({"feature_seed": -1}, "feature_seed must be a non-negative integer"),
-    "feature_scale": ({"feature_scale": 0.0}, "feature_scale must be positive"),
-    "noise": ({"noise": 0.0}, "noise and prior_scale must be positive"),
+    # checked by the options' domains before the model runs (issue 19)
+    "feature_seed": ({"feature_seed": -1}, "option 'feature_seed' of model 'last-layer' must be a whole number >= 0, got -1"),
+    "feature_scale": ({"feature_scale": 0.0}, "option 'feature_scale' of model 'last-layer' must be a finite number > 0"),
+    "noise": ({"noise": 0.0}, "option 'noise' of model 'last-layer' must be a finite number > 0, got 0.0"),
     "weights format": ({"feature_weights": [LAYER]}, "feature_weights must be"),
     "weights tensor": ({"feature_weights": {"activation": "tanh", "layers": [{"weight": torch.eye(2), "bias": [0.0, 0.0]}]}},
                        "of plain lists"),

@@ -97,25 +97,9 @@ class Method:
                 raise ValueError(f"setting '{key}' of inference '{self.name}': {exc}") from None
         if domain is None and not isinstance(default, (int, float)):
             return value  # names
-        kind = domain.kind if domain is not None else type(default)
-        what = f"setting '{key}' of inference '{self.name}'"
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value.strip())
-            except ValueError:
-                raise ValueError(f"{what} must be a number, got {value!r}") from None
-        if isinstance(number, bool) or not isinstance(number, numbers.Real) or math.isnan(number):
-            raise ValueError(f"{what} must be a number, got {value!r}")
-        if kind is int:  # a count
-            if not math.isfinite(number) or number != int(number):
-                raise ValueError(f"{what} must be a whole number, got {value!r}")
-            number = int(number)
-        else:
-            number = float(number)
-        if domain is not None and not domain.admits(number):
-            raise ValueError(f"{what} must be {domain.describe()}, got {value!r}")
-        return number
+        if domain is None:
+            domain = Domain(type(default))
+        return domain.check(value, f"setting '{key}' of inference '{self.name}'")
 
 
 @dataclass(frozen=True)
@@ -135,6 +119,34 @@ class Domain:
         above = x > self.low if self.open_low else x >= self.low
         below = x < self.high if self.open_high else x <= self.high
         return above and below and (math.isfinite(x) or not self.finite)
+
+    def check(self, value, what: str, given=None):
+        """``value`` (a number, or text such as ``"500"``) as a number of this kind in this domain; else a
+        ``ValueError`` naming ``what``, the value (``given``, the text it was read from, if not ``value``)
+        and the domain.
+
+        >>> Domain(float, 0, open_low=True).check("-1", "option 'noise'")
+        Traceback (most recent call last):
+        ...
+        ValueError: option 'noise' must be a number > 0, got '-1'
+        """
+        number, value = value, value if given is None else given
+        if isinstance(number, str):
+            try:
+                number = float(number.strip())
+            except ValueError:
+                raise ValueError(f"{what} must be a number, got {value!r}") from None
+        if isinstance(number, bool) or not isinstance(number, numbers.Real) or math.isnan(number):
+            raise ValueError(f"{what} must be a number, got {value!r}")
+        if self.kind is int:  # a count
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError(f"{what} must be a whole number, got {value!r}")
+            number = int(number)
+        else:
+            number = float(number)
+        if not self.admits(number):
+            raise ValueError(f"{what} must be {self.describe()}, got {value!r}")
+        return number
 
     def describe(self) -> str:
         """E.g. 'a whole number >= 1', 'a finite number > 0', 'a number in (0, 1)'."""

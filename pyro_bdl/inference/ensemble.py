@@ -12,6 +12,7 @@ import pyro
 import torch
 from pyro.infer.autoguide import init_to_sample
 
+from ..checkpoint import rng_state, set_rng_state
 from .base import Draws
 from .svi import run_map
 
@@ -29,14 +30,14 @@ def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, prog
     state = (checkpoint.load() if checkpoint is not None else None) or {"members": []}
     done = state["members"]
     if done:
-        torch.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
     for _ in range(len(done), members):
         pyro.clear_param_store()
         fit = run_map(model, data, steps=steps, lr=lr, progress=progress, init_loc_fn=init_loc_fn or init_to_sample,
                       batch_size=batch_size, **adam)
         done.append({"samples": fit.samples, "losses": torch.tensor(fit.losses)})
         if checkpoint is not None:
-            checkpoint.save({"members": done, "rng": torch.get_rng_state()})
+            checkpoint.save({"members": done, "rng": rng_state()})
     samples = {k: torch.cat([m["samples"][k] for m in done]) for k in done[0]["samples"]}  # (members, 1, ...)
     length = max(len(m["losses"]) for m in done)
     losses = np.full((members, length), np.nan)

@@ -19,6 +19,7 @@ import torch
 from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
 from . import pyro_internals
+from ..checkpoint import rng_state, set_rng_state
 from .base import Draws, as_flag
 from .zoo_mcmc import run_zoo_mcmc, stack_chains
 
@@ -93,7 +94,7 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
     if done:
-        torch.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
     for _ in range(len(done), chains):
         kernel = _kernel(name, model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=as_flag(jit),
                          full_mass=as_flag(full_mass))
@@ -107,7 +108,7 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
             "accept": recorder.mean_accept_prob,
         })
         if checkpoint is not None:
-            checkpoint.save({"chains": done, "rng": torch.get_rng_state()})
+            checkpoint.save({"chains": done, "rng": rng_state()})
     return stack_chains(done)
 
 

@@ -40,6 +40,7 @@ import pyro.infer
 from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import torch_item
 
+from ..checkpoint import kept_rng, rng_state, set_rng_state
 from ..diagnostics import ConvergenceWarning
 from .base import Draws, as_flag, latent_sites
 from .guides import MeanFieldGuide, drop_priors, make_guide
@@ -137,6 +138,12 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     optim = svi.optim
     losses = _resume(checkpoint, guide, optim, data)
     first = len(losses)
+    if first and getattr(loss, "fixed_params", False):
+        # a compiled loss draws more at its first call (it runs and traces the ELBO) than a replay does: build
+        # its graph now, with the random streams put back after, so that the resumed steps draw what the
+        # uninterrupted run's steps draw
+        with kept_rng():
+            loss.differentiable_loss(model, guide, **data)
     snapshot = None  # (step, the parameters) at the last snapshot
     with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
         try:
@@ -216,7 +223,7 @@ def _save(checkpoint, optim, losses) -> None:
         "losses": torch.tensor(losses, dtype=torch.float64),
         "params": _parameters(),
         "optim": optim.get_state(),
-        "rng": torch.get_rng_state(),
+        "rng": rng_state(),  # torch, numpy, Python: the minibatches and draws still to come
     })
 
 
@@ -229,7 +236,7 @@ def _resume(checkpoint, guide, optim, data) -> list:
         guide(**data)  # create the guide's parameters, then overwrite them
     _load_parameters(state["params"])
     optim.set_state(state["optim"])
-    torch.set_rng_state(state["rng"])
+    set_rng_state(state["rng"])
     return state["losses"].tolist()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..checkpoint import rng_state, set_rng_state
 from .base import Draws, as_flag
 from .nuts_kernel import sample
 from .potential import flat_potential
@@ -40,7 +41,7 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
     if done:
-        torch.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
     remaining = chains - len(done)
     if remaining > 0:
         seed = int(torch.randint(0, 2**62, ()))
@@ -54,5 +55,5 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
                          "stats": {k: torch.as_tensor(v[c]) for k, v in out.stats.items()},
                          "accept": float(out.accept[c])})
         if checkpoint is not None:
-            checkpoint.save({"chains": done, "rng": torch.get_rng_state()})
+            checkpoint.save({"chains": done, "rng": rng_state()})
     return stack_chains(done)
