@@ -211,6 +211,7 @@ def test_quoted_commas_and_blank_lines_still_read(tmp_path):
 
 # ---------------------------------------------------------------- (5) constant columns
 
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 20-step fits: the data warnings are tested
 def test_constant_target_warns(tmp_path):
     path = tmp_path / "const.csv"
     pd.DataFrame({"x": np.linspace(0, 1, 20), "y": 2.0}).to_csv(path, index=False)
@@ -218,6 +219,7 @@ def test_constant_target_warns(tmp_path):
         pyro_bdl.fit("blr", str(path), inference="map", target="y", steps=20, progress=False)
 
 
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 20-step fits: the data warnings are tested
 def test_constant_feature_warns_and_the_cli_prints_it(tmp_path, capsys):
     path = tmp_path / "constfeat.csv"
     rng = np.random.default_rng(0)
@@ -228,6 +230,7 @@ def test_constant_feature_warns_and_the_cli_prints_it(tmp_path, capsys):
     assert "warning: " in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 20-step fits: the data warnings are tested
 def test_varied_data_gives_no_data_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
