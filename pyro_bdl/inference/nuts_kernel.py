@@ -50,8 +50,9 @@ __all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY", "COMPIL
 #: An energy error above this marks a divergent transition (Stan's and Pyro's threshold).
 MAX_DELTA_ENERGY = 1000.0
 #: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps:
-#: compiling costs 5-60 s and saves 0.1-0.5 ms per step (benchmarks/RESULTS.md, "NUTS speed").
-COMPILE_AFTER_STEPS = 100_000
+#: compiling them took ~4 s on blr and the 1-50-1 BNN and saved 0.2-0.35 ms per step, a break-even at
+#: 11-20 thousand steps (benchmarks/RESULTS.md, "NUTS speed").
+COMPILE_AFTER_STEPS = 20_000
 _HMC_TRAJECTORY = math.pi / 2
 
 
