@@ -80,6 +80,11 @@ class _ZooRecorder:
         self.module.flat_potential = self.original
 
     @property
+    def compiled(self):
+        """Whether the kernel's steps ran compiled (jit=True, or compile='auto' deciding so)."""
+        return any(compiled for _, _, p, _ in self.seen for (_, compiled) in p._fused)
+
+    @property
     def steps(self):
         return sum(p.evaluations - before for _, _, p, before in self.seen)
 
@@ -96,6 +101,7 @@ def run_zoo(model, data, *, chains, warmup, samples, seed, jit, max_tree_depth=1
         draws = run_zoo_mcmc("nuts", model, data, samples=samples, warmup=warmup, chains=chains, progress=False,
                              jit=jit, max_tree_depth=max_tree_depth)
     seconds = time.perf_counter() - start
+    print(f"  (zoo jit={jit}: {recorder.steps} leapfrog steps, steps {'compiled' if recorder.compiled else 'traced'})")
     return {k: v.numpy() for k, v in draws.samples.items()}, draws.sample_stats, seconds, recorder.steps
 
 
@@ -332,6 +338,7 @@ def workload_digits(args):
                            warmup=warmup, samples=samples, max_tree_depth=depth, jit=args.jit)
         seconds = time.perf_counter() - start
     steps = recorder.steps
+    print(f"  (zoo jit={args.jit}: steps {'compiled' if recorder.compiled else 'traced'})")
     depths = np.bincount(np.asarray(fit.sample_stats["tree_depth"]).reshape(-1), minlength=depth + 1)
     per_step = {f"zoo jit={args.jit} (fit, compile included)": seconds / steps}
     print(f"zoo NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * seconds / steps:.3f} ms per step, "
@@ -404,8 +411,11 @@ def workload_demo(args):
     seconds = {}
     for kernel in ("zoo", "pyro") if not args.skip_pyro else ("zoo",):
         start = time.perf_counter()
-        result = pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, kernel=kernel, **settings)
+        with _ZooRecorder() as recorder:
+            result = pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, kernel=kernel, **settings)
         seconds[kernel] = time.perf_counter() - start
+        if kernel == "zoo":
+            print(f"  (zoo: {recorder.steps} leapfrog steps, steps {'compiled' if recorder.compiled else 'traced'})")
         print(f"kernel={kernel}: {seconds[kernel]:.1f} s, divergences {result.info['divergences']}, "
               f"min bulk ESS {result.info.get('min_ess_bulk', float('nan')):.0f}")
     if "pyro" in seconds:

@@ -452,7 +452,12 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
     dyn = _Dynamics(potential, tensors, inverse_mass, compile=compile is True)
-    decide_at = min(50, (warmup + samples) // 10) if compile == "auto" else -1
+    # compile="auto" decides at draw 20 if the run looks five times past the threshold (deep trees from
+    # the start), else at draw 50, each time projecting the steps per draw of the draws since half-way there
+    decide = ({min(at, (warmup + samples) // 10): factor for at, factor in ((20, 5), (50, 1))}
+              if compile == "auto" else {})
+    decide.pop(0, None)
+    counted = {}
     z, u, g = _initial_points(dyn, chains, dim, dtype, generator)
     step_size = torch.ones(chains, dtype=torch.float64)
     if warmup > 0:
@@ -478,11 +483,10 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
 
         iterations = tqdm(iterations, desc=f"{kernel} ({chains} chains)")
     for i in iterations:
-        if i == decide_at // 2:
-            evaluations = potential.evaluations
-        if i == decide_at and decide_at > 0:  # deterministic: counts steps, never times them
-            per_draw = (potential.evaluations - evaluations) / (decide_at - decide_at // 2)
-            dyn.compile = per_draw * (warmup + samples - i) > COMPILE_AFTER_STEPS
+        counted[i] = potential.evaluations
+        if i in decide and not dyn.compile:  # deterministic: counts steps, never times them
+            per_draw = (potential.evaluations - counted[i // 2]) / (i - i // 2)
+            dyn.compile = per_draw * (warmup + samples - i) > decide[i] * COMPILE_AFTER_STEPS
         (z, u, g), stats = transition(z, u, g, step_size)
         if i < warmup:
             step_size = averaging.update(stats["accept"].double())
