@@ -10,6 +10,9 @@ Workloads (``--quick`` shrinks every run for the smoke test):
   evaluation counted, warm-up included) against one bare potential+gradient evaluation (the floor).
 * ``schools``: non-centred eight schools, 4 chains x (1000 + 1000): wall seconds, divergences.
 * ``demo``: ``make demo``'s fit, ``pyro_bdl``'s NUTS on the embedded ``linear`` set (2 chains).
+* ``digits``: notebook 02's NUTS on the digits net (bnn-classifier 64-50-10), 1 chain, 200 + 200 draws,
+  through ``pyro_bdl.fit``: time per leapfrog against the floors, tree depths; and the kernel's
+  compiled leaf against the bare compiled potential, timed in alternating rounds.
 
 Every line "ratio ..." is measured in this run; nothing here is asserted (tests/test_benchmarks.py
 checks that it runs and that posterior means agree).  Results: benchmarks/RESULTS.md.
@@ -271,6 +274,42 @@ def _floors(model, data, chains=1, reps=200, modes=(False, True)):
     return floors
 
 
+def _leaf_against_floor(model, data, reps=100, rounds=5):
+    """The kernel's compiled NUTS leaf (leapfrog + tree bookkeeping) against the bare compiled potential,
+    both compiled the same way and timed in alternating rounds (robust to a varying load): ms, ms."""
+    import torch
+
+    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.potential import FlatPotential
+
+    potential = FlatPotential(model, data, compile=False)
+    tensors = potential.data_tensors(data)
+    z = 0.1 * torch.randn(1, potential.dim, generator=torch.Generator().manual_seed(0))
+    u, g = potential.value_and_grad(z, tensors)
+    no, depth = torch.zeros(1, dtype=torch.bool), 10
+    state = (z, torch.randn_like(z), g, torch.full((1,), -math.inf), z, u, g, torch.zeros_like(z),
+             torch.zeros(depth, 1, potential.dim), torch.zeros(depth, 1, potential.dim), torch.zeros(1, dtype=torch.long),
+             torch.zeros(1), no, no, ~no)
+    leaf_args = (*state, torch.full((1, 1), 1e-3), torch.ones_like(z), u + 1.0,
+                 *nuts_kernel._checkpoint_masks(depth)[5], torch.full((1,), 0.5))
+    leaf = potential.fuse("leaf", nuts_kernel._nuts_leaf, leaf_args, tensors, compile=True)
+    bare = potential.fuse("bare", lambda grad_and_value, z: grad_and_value(z), (z,), tensors, compile=True)
+    times = {"leaf": 0.0, "bare": 0.0}
+    for fn, args in ((leaf, leaf_args), (bare, (z,))):
+        for _ in range(5):
+            fn(*args)
+    for _ in range(rounds):
+        for name, fn, args in (("leaf", leaf, leaf_args), ("bare", bare, (z,))):
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn(*args)
+            times[name] += time.perf_counter() - start
+    leaf_ms, bare_ms = (1e3 * times[k] / (reps * rounds) for k in ("leaf", "bare"))
+    print(f"compiled leaf {leaf_ms:.3f} ms, bare compiled potential+gradient {bare_ms:.3f} ms (alternating rounds)")
+    print(f"ratio leaf/floor(inductor, interleaved) = {leaf_ms / bare_ms:.2f}")
+    return leaf_ms, bare_ms
+
+
 def _per_step_rows(model, data, *, warmup, samples, depth, settings, seeds=(0, 1)):
     """The zoo's NUTS with each jit setting, a first fit (compile included) and a second (cached):
     {label: seconds per leapfrog step}."""
@@ -319,6 +358,8 @@ def workload_bnn(args):
         print(f"pyro NUTS ({w} + {n} draws): {seconds:.1f} s, {steps} leapfrog steps, "
               f"{1e3 * per_step['pyro']:.3f} ms per step")
     _print_ratios(per_step, floors, "bnn")
+    if not args.quick:
+        _leaf_against_floor(model, data)
 
 
 def workload_digits(args):
@@ -347,6 +388,8 @@ def workload_digits(args):
     model, data, _, _ = recorder.seen[0]
     floors = _floors(model, data, reps=10 if args.quick else 200, modes=(False,) if args.quick and not args.jit else (False, True))
     _print_ratios(per_step, floors, "digits")
+    if not args.quick:
+        _leaf_against_floor(model, data)
     floor = min(value for value, _ in floors.values())
     print(f"floor x steps: {floor * steps:.0f} s (the run: {seconds:.0f} s)")
 
