@@ -288,8 +288,8 @@ def _leaf_against_floor(model, data, reps=100, rounds=5):
     u, g = potential.value_and_grad(z, tensors)
     no, depth = torch.zeros(1, dtype=torch.bool), 10
     state = (z, torch.randn_like(z), g, torch.full((1,), -math.inf), z, u, g, torch.zeros_like(z),
-             torch.zeros(depth, 1, potential.dim), torch.zeros(depth, 1, potential.dim), torch.zeros(1, dtype=torch.long),
-             torch.zeros(1), no, no, ~no)
+             torch.zeros(depth, 1, potential.dim), torch.zeros(depth, 1, potential.dim),
+             torch.zeros(1, dtype=torch.long), torch.zeros(1), no, no, ~no)
     leaf_args = (*state, torch.full((1, 1), 1e-3), torch.ones_like(z), u + 1.0,
                  *nuts_kernel._checkpoint_masks(depth)[5], torch.full((1,), 0.5))
     leaf = potential.fuse("leaf", nuts_kernel._nuts_leaf, leaf_args, tensors, compile=True)
@@ -386,7 +386,8 @@ def workload_digits(args):
           f"tree depths (sampling) {dict((d, int(c)) for d, c in enumerate(depths) if c)}, "
           f"divergences {fit.info['divergences']}")
     model, data, _, _ = recorder.seen[0]
-    floors = _floors(model, data, reps=10 if args.quick else 200, modes=(False,) if args.quick and not args.jit else (False, True))
+    floors = _floors(model, data, reps=10 if args.quick else 200,
+                     modes=(False,) if args.quick and not args.jit else (False, True))
     _print_ratios(per_step, floors, "digits")
     if not args.quick:
         _leaf_against_floor(model, data)

@@ -8,7 +8,10 @@ arrays (NumPyro's ``_iterative_build_subtree``), so every U-turn inside the subt
 them at its odd leaves.  All chains walk their trees in lockstep: at each leaf one batched
 leapfrog step (one batched potential-and-gradient call, :mod:`pyro_bdl.inference.potential`) moves
 every chain still building, and masks freeze the chains whose tree has stopped; a draw costs the
-longest tree among the chains.
+longest tree among the chains.  A leaf (leapfrog step, energy error, multinomial sampling, checkpoint
+writes and every U-turn check of that leaf) is one function of tensors, as is the merge of a finished
+subtree, each traced together with the potential (:meth:`FlatPotential.fuse`) and run as TorchScript
+or compiled: Python only loops over leaves and asks once per leaf whether any chain still builds.
 
 Plain HMC takes ``round(pi/2 / step_size)`` leapfrog steps (trajectory length pi/2, as the ``hmc``
 method with Pyro's kernel) and a Metropolis correction.
@@ -148,8 +151,8 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     never moved to.  -> right (z, r, g), left (z, r, g), proposal (z, u, g), log_w, r_sum, active, depth,
     diverging."""
     to_right, to_left = active & right_way, active & ~right_way
-    right_z, right_r, right_g = _where(to_right, zc, right_z), _where(to_right, rc, right_r), _where(to_right, gc, right_g)
-    left_z, left_r, left_g = _where(to_left, zc, left_z), _where(to_left, rc, left_r), _where(to_left, gc, left_g)
+    right_z, right_r, right_g = (_where(to_right, a, b) for a, b in ((zc, right_z), (rc, right_r), (gc, right_g)))
+    left_z, left_r, left_g = (_where(to_left, a, b) for a, b in ((zc, left_z), (rc, left_r), (gc, left_g)))
     p_move = torch.where(s_turning | s_diverging, torch.zeros_like(log_w),
                          torch.exp(torch.clamp(s_log_w - log_w, max=0.0)))
     move = active & (uniform < p_move)
@@ -160,7 +163,8 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     diverging = diverging | (active & s_diverging)
     turning = s_turning | _is_turning(inverse_mass, left_r, right_r, r_sum)
     active = active & ~turning & ~s_diverging
-    return right_z, right_r, right_g, left_z, left_r, left_g, prop_z, prop_u, prop_g, log_w, r_sum, active, depth, diverging
+    return (right_z, right_r, right_g, left_z, left_r, left_g, prop_z, prop_u, prop_g, log_w, r_sum, active, depth,
+            diverging)
 
 
 def _hmc_step(grad_and_value, zc, rc, uc, gc, diverging, moving, step, inverse_mass, h0):

@@ -20,6 +20,10 @@ fails for a model (a model that reads values into Python, say), the next simpler
 one warning naming the failure: the traced graph without compiling, then eager ``vmap``, then a loop
 over chains.
 
+:meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
+leapfrog step and the sampler's bookkeeping with the potential inlined), run as TorchScript or compiled
+by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
+
 Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
 site.
 
