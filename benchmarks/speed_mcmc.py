@@ -10,6 +10,9 @@ Workloads (``--quick`` shrinks every run for the smoke test):
   evaluation counted, warm-up included) against one bare potential+gradient evaluation (the floor).
 * ``schools``: non-centred eight schools, 4 chains x (1000 + 1000): wall seconds, divergences.
 * ``demo``: ``make demo``'s fit, ``pyro_bdl``'s NUTS on the embedded ``linear`` set (2 chains).
+* ``digits``: notebook 02's NUTS on the digits net (bnn-classifier 64-50-10), 1 chain, 200 + 200 draws,
+  through ``pyro_bdl.fit``: time per leapfrog against the floors, tree depths; and the kernel's
+  compiled leaf against the bare compiled potential, timed in alternating rounds.
 
 Every line "ratio ..." is measured in this run; nothing here is asserted (tests/test_benchmarks.py
 checks that it runs and that posterior means agree).  Results: benchmarks/RESULTS.md.
@@ -59,35 +62,50 @@ def _count_pyro_leapfrogs(counter):
     return lambda: setattr(integrator, "potential_grad", original)
 
 
-def _count_zoo_leapfrogs(counter):
-    from pyro_bdl.inference.potential import FlatPotential
+class _ZooRecorder:
+    """Records the flat potentials the zoo's runner builds (model, data, potential): the leapfrog steps
+    are the potential's own count of its evaluations."""
 
-    original = FlatPotential.value_and_grad
+    def __enter__(self):
+        import pyro_bdl.inference.zoo_mcmc as zoo_mcmc
 
-    def counting(self, theta, tensors):
-        counter.n += 1
-        return original(self, theta, tensors)
+        self.module, self.original, self.seen = zoo_mcmc, zoo_mcmc.flat_potential, []
 
-    FlatPotential.value_and_grad = counting
-    return lambda: setattr(FlatPotential, "value_and_grad", original)
+        def recording(model, data, chains, **kwargs):
+            potential = self.original(model, data, chains, **kwargs)
+            self.seen.append((model, data, potential, potential.evaluations))
+            return potential
+
+        zoo_mcmc.flat_potential = recording
+        return self
+
+    def __exit__(self, *exc):
+        self.module.flat_potential = self.original
+
+    @property
+    def compiled(self):
+        """Whether the kernel's steps ran compiled (jit=True, or compile='auto' deciding so)."""
+        return any(compiled for _, _, p, _ in self.seen for (_, compiled) in p._fused)
+
+    @property
+    def steps(self):
+        return sum(p.evaluations - before for _, _, p, before in self.seen)
 
 
 def run_zoo(model, data, *, chains, warmup, samples, seed, jit, max_tree_depth=10):
+    """The zoo's NUTS through its runner; jit: True (compiled from the start) or False (the default: auto)."""
     import pyro
 
     from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
 
-    counter = _Counter()
-    restore = _count_zoo_leapfrogs(counter)
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
-    try:
+    with _ZooRecorder() as recorder:
         draws = run_zoo_mcmc("nuts", model, data, samples=samples, warmup=warmup, chains=chains, progress=False,
                              jit=jit, max_tree_depth=max_tree_depth)
-    finally:
-        restore()
     seconds = time.perf_counter() - start
-    return {k: v.numpy() for k, v in draws.samples.items()}, draws.sample_stats, seconds, counter.n
+    print(f"  (zoo jit={jit}: {recorder.steps} leapfrog steps, steps {'compiled' if recorder.compiled else 'traced'})")
+    return {k: v.numpy() for k, v in draws.samples.items()}, draws.sample_stats, seconds, recorder.steps
 
 
 def run_pyro(model, data, *, chains, warmup, samples, seed, max_tree_depth=10):
@@ -218,11 +236,105 @@ def _means_agree(rows, exact, k=4.5):
                                                               f"all within {k} MC standard errors"))
 
 
-def workload_bnn(args):
+def _floors(model, data, chains=1, reps=200, modes=(False, True)):
+    """Seconds of one bare potential+gradient evaluation, traced and compiled: {mode: (seconds, build seconds)}."""
     import torch
 
-    from pyro_bdl.datasets import load
     from pyro_bdl.inference.potential import FlatPotential
+
+    floors = {}
+    for compile_ in modes:
+        potential = FlatPotential(model, data, compile=compile_)
+        theta = 0.1 * torch.randn(chains, potential.dim, generator=torch.Generator().manual_seed(0))
+        tensors = potential.data_tensors(data)
+        start = time.perf_counter()
+        potential.value_and_grad(theta, tensors)
+        build = time.perf_counter() - start
+        for _ in range(5):
+            potential.value_and_grad(theta, tensors)
+        start = time.perf_counter()
+        for _ in range(reps):
+            potential.value_and_grad(theta, tensors)
+        floors[potential.mode] = ((time.perf_counter() - start) / reps, build)
+        print(f"floor: one potential+gradient evaluation ({potential.mode}, built in {build:.1f} s): "
+              f"{1e3 * floors[potential.mode][0]:.3f} ms")
+    if True in modes:  # compiled as the kernel compiles its steps: inductor on the traced graph, no dynamo guards
+        start = time.perf_counter()
+        bare = potential.fuse("floor", lambda grad_and_value, z: grad_and_value(z), (theta,), tensors, compile=True)
+        bare(theta)
+        build = time.perf_counter() - start
+        for _ in range(5):
+            bare(theta)
+        start = time.perf_counter()
+        for _ in range(reps):
+            bare(theta)
+        floors["inductor"] = ((time.perf_counter() - start) / reps, build)
+        print(f"floor: one potential+gradient evaluation (inductor without guards, as the kernel's steps, built in "
+              f"{build:.1f} s): {1e3 * floors['inductor'][0]:.3f} ms")
+    return floors
+
+
+def _leaf_against_floor(model, data, reps=100, rounds=5):
+    """The kernel's compiled NUTS leaf (leapfrog + tree bookkeeping) against the bare compiled potential,
+    both compiled the same way and timed in alternating rounds (robust to a varying load): ms, ms."""
+    import torch
+
+    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.potential import FlatPotential
+
+    potential = FlatPotential(model, data, compile=False)
+    tensors = potential.data_tensors(data)
+    z = 0.1 * torch.randn(1, potential.dim, generator=torch.Generator().manual_seed(0))
+    u, g = potential.value_and_grad(z, tensors)
+    no, depth = torch.zeros(1, dtype=torch.bool), 10
+    state = (z, torch.randn_like(z), g, torch.full((1,), -math.inf), z, u, g, torch.zeros_like(z),
+             torch.zeros(depth, 1, potential.dim), torch.zeros(depth, 1, potential.dim),
+             torch.zeros(1, dtype=torch.long), torch.zeros(1), no, no, ~no)
+    leaf_args = (*state, torch.full((1, 1), 1e-3), torch.ones_like(z), u + 1.0,
+                 *nuts_kernel._checkpoint_masks(depth)[5], torch.full((1,), 0.5))
+    leaf = potential.fuse("leaf", nuts_kernel._nuts_leaf, leaf_args, tensors, compile=True)
+    bare = potential.fuse("bare", lambda grad_and_value, z: grad_and_value(z), (z,), tensors, compile=True)
+    times = {"leaf": 0.0, "bare": 0.0}
+    for fn, args in ((leaf, leaf_args), (bare, (z,))):
+        for _ in range(5):
+            fn(*args)
+    for _ in range(rounds):
+        for name, fn, args in (("leaf", leaf, leaf_args), ("bare", bare, (z,))):
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn(*args)
+            times[name] += time.perf_counter() - start
+    leaf_ms, bare_ms = (1e3 * times[k] / (reps * rounds) for k in ("leaf", "bare"))
+    print(f"compiled leaf {leaf_ms:.3f} ms, bare compiled potential+gradient {bare_ms:.3f} ms (alternating rounds)")
+    print(f"ratio leaf/floor(inductor, interleaved) = {leaf_ms / bare_ms:.2f}")
+    return leaf_ms, bare_ms
+
+
+def _per_step_rows(model, data, *, warmup, samples, depth, settings, seeds=(0, 1)):
+    """The zoo's NUTS with each jit setting, a first fit (compile included) and a second (cached):
+    {label: seconds per leapfrog step}."""
+    per_step = {}
+    for jit in settings:
+        for n, seed in enumerate(seeds):
+            _, stats, seconds, steps = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=seed,
+                                               jit=jit, max_tree_depth=depth)
+            label = f"zoo jit={jit}, {'first fit' if n == 0 else 'second fit'}"
+            per_step[label] = seconds / steps
+            depths = np.bincount(np.asarray(stats["tree_depth"]).reshape(-1), minlength=depth + 1)
+            print(f"{label:32s} {seconds:7.1f} s, {steps:7d} leapfrog steps, {1e3 * per_step[label]:.3f} ms per step, "
+                  f"tree depths (sampling) {dict((d, int(c)) for d, c in enumerate(depths) if c)}")
+    return per_step
+
+
+def _print_ratios(per_step, floors, workload):
+    for mode in ("inductor", "compiled", "traced"):
+        if mode in floors:
+            for label, value in per_step.items():
+                print(f"ratio {label}/floor({mode}) [{workload} time per leapfrog] = {value / floors[mode][0]:.2f}")
+
+
+def workload_bnn(args):
+    from pyro_bdl.datasets import load
     from pyro_bdl.registry import get_model
 
     spec = get_model("bnn-regressor")
@@ -234,40 +346,53 @@ def workload_bnn(args):
     warmup, samples, depth = (10, 10, 5) if args.quick else (100, 100, 8)
     print(f"\n== bnn-regressor 1-50-1 on sine ({len(y)} points), 1 chain, {warmup} + {samples} draws, "
           f"max tree depth {depth}: time per leapfrog step")
-    floors = {}
-    for compile_ in ((False, True) if args.jit or not args.quick else (False,)):
-        potential = FlatPotential(model, data, compile=compile_)
-        theta = 0.1 * torch.randn(1, potential.dim, generator=torch.Generator().manual_seed(0))
-        tensors = potential.data_tensors(data)
-        start = time.perf_counter()
-        potential.value_and_grad(theta, tensors)
-        build = time.perf_counter() - start
-        reps = 50 if args.quick else 500
-        start = time.perf_counter()
-        for _ in range(reps):
-            potential.value_and_grad(theta, tensors)
-        floors[potential.mode] = (time.perf_counter() - start) / reps
-        print(f"floor: one potential+gradient evaluation ({potential.mode}, built in {build:.1f} s): "
-              f"{1e3 * floors[potential.mode]:.3f} ms")
-    per_step = {}
-    _, stats, seconds, steps = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=0,
-                                       jit=args.jit, max_tree_depth=depth)
-    per_step["zoo"] = seconds / steps
-    print(f"zoo NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * per_step['zoo']:.3f} ms per step "
-          f"(first fit: build included), mean tree depth {np.mean(stats['tree_depth']):.2f}")
-    _, stats, seconds, steps = run_zoo(model, data, chains=1, warmup=warmup, samples=samples, seed=1,
-                                       jit=args.jit, max_tree_depth=depth)
-    per_step["zoo warm"] = seconds / steps
-    print(f"zoo NUTS, second fit: {seconds:.1f} s, {steps} steps, {1e3 * per_step['zoo warm']:.3f} ms per step")
-    if not args.skip_pyro:
-        _, stats, seconds, steps = run_pyro(model, data, chains=1, warmup=warmup, samples=samples, seed=0,
-                                            max_tree_depth=depth)
+    quick_traced = args.quick and not args.jit  # the smoke test: nothing compiled
+    floors = _floors(model, data, reps=50 if args.quick else 500, modes=(False,) if quick_traced else (False, True))
+    per_step = _per_step_rows(model, data, warmup=warmup, samples=samples, depth=depth,
+                              settings=(True,) if args.jit else (False,) if args.quick else (False, True))
+    per_step["zoo warm"] = per_step[f"zoo jit={args.jit}, second fit"]
+    if not args.skip_pyro:  # per step only: a short run (Pyro takes ~10 ms per step here)
+        w, n = (5, 5) if args.quick else (20, 20)
+        _, stats, seconds, steps = run_pyro(model, data, chains=1, warmup=w, samples=n, seed=0, max_tree_depth=depth)
         per_step["pyro"] = seconds / steps
-        print(f"pyro NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * per_step['pyro']:.3f} ms per step")
-    floor = floors.get("compiled", floors.get("traced"))
-    mode = "compiled" if "compiled" in floors else "traced"
-    for label, value in per_step.items():
-        print(f"ratio {label}/floor({mode}) [bnn time per leapfrog] = {value / floor:.2f}")
+        print(f"pyro NUTS ({w} + {n} draws): {seconds:.1f} s, {steps} leapfrog steps, "
+              f"{1e3 * per_step['pyro']:.3f} ms per step")
+    _print_ratios(per_step, floors, "bnn")
+    if not args.quick:
+        _leaf_against_floor(model, data)
+
+
+def workload_digits(args):
+    """Notebook 02's NUTS on the digits net (bnn-classifier, 64-50-10), through pyro_bdl.fit as a user runs it."""
+    import pyro_bdl
+    from pyro_bdl.datasets import digits_split
+
+    train, _ = digits_split()
+    warmup, samples, depth = (5, 5, 4) if args.quick else (200, 200, 10)
+    if args.quick:
+        train = pyro_bdl.Dataset("digits-100", train.X[:100], train.y[:100], train.feature_names, train.target_name)
+    print(f"\n== digits: bnn-classifier on {len(train.y)} rows, 1 chain, {warmup} + {samples} draws, "
+          f"max tree depth {depth} (pyro_bdl.fit)")
+    with _ZooRecorder() as recorder:
+        start = time.perf_counter()
+        fit = pyro_bdl.fit("bnn-classifier", train, inference="nuts", progress=False, seed=0, chains=1,
+                           warmup=warmup, samples=samples, max_tree_depth=depth, jit=args.jit)
+        seconds = time.perf_counter() - start
+    steps = recorder.steps
+    print(f"  (zoo jit={args.jit}: steps {'compiled' if recorder.compiled else 'traced'})")
+    depths = np.bincount(np.asarray(fit.sample_stats["tree_depth"]).reshape(-1), minlength=depth + 1)
+    per_step = {f"zoo jit={args.jit} (fit, compile included)": seconds / steps}
+    print(f"zoo NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * seconds / steps:.3f} ms per step, "
+          f"tree depths (sampling) {dict((d, int(c)) for d, c in enumerate(depths) if c)}, "
+          f"divergences {fit.info['divergences']}")
+    model, data, _, _ = recorder.seen[0]
+    floors = _floors(model, data, reps=10 if args.quick else 200,
+                     modes=(False,) if args.quick and not args.jit else (False, True))
+    _print_ratios(per_step, floors, "digits")
+    if not args.quick:
+        _leaf_against_floor(model, data)
+    floor = min(value for value, _ in floors.values())
+    print(f"floor x steps: {floor * steps:.0f} s (the run: {seconds:.0f} s)")
 
 
 def eight_schools(y, sigma):
@@ -330,31 +455,41 @@ def workload_demo(args):
     seconds = {}
     for kernel in ("zoo", "pyro") if not args.skip_pyro else ("zoo",):
         start = time.perf_counter()
-        result = pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, kernel=kernel, **settings)
+        with _ZooRecorder() as recorder:
+            result = pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, kernel=kernel, **settings)
         seconds[kernel] = time.perf_counter() - start
+        if kernel == "zoo":
+            print(f"  (zoo: {recorder.steps} leapfrog steps, steps {'compiled' if recorder.compiled else 'traced'})")
         print(f"kernel={kernel}: {seconds[kernel]:.1f} s, divergences {result.info['divergences']}, "
               f"min bulk ESS {result.info.get('min_ess_bulk', float('nan')):.0f}")
     if "pyro" in seconds:
         print(f"ratio zoo/pyro [demo fit seconds] = {seconds['zoo'] / seconds['pyro']:.2f}")
 
 
-WORKLOADS = {"blr": workload_blr, "bnn": workload_bnn, "schools": workload_schools, "demo": workload_demo}
+WORKLOADS = {"blr": workload_blr, "bnn": workload_bnn, "schools": workload_schools, "demo": workload_demo,
+             "digits": workload_digits}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny runs (the smoke test)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--jit", action="store_true", help="torch.compile the zoo's potential (else TorchScript)")
+    parser.add_argument("--jit", action="store_true", help="the zoo's jit=True: compile from the start (else: auto)")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="keep torch's on-disk compile cache (else a fresh one: compile times as on a first run)")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--skip-pyro", action="store_true")
     parser.add_argument("--skip-numpyro", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    if not args.warm_cache:
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="speed_mcmc_inductor_")
     import torch
 
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, threads {args.threads}, zoo potential {'compiled' if args.jit else 'traced'}, "
+    print(f"torch {torch.__version__}, threads {args.threads}, zoo jit={args.jit}, "
           f"numpyro {'installed' if _numpyro() is not None else 'not installed'}")
     for name in args.workloads:
         WORKLOADS[name](args)

@@ -8,6 +8,7 @@ samplers agree when their means differ by less than K * sqrt(se_1^2 + se_2^2).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import arviz as az
@@ -18,6 +19,7 @@ import torch
 import pyro
 import pyro.distributions as dist
 
+from pyro_bdl.inference import nuts_kernel
 from pyro_bdl.inference.nuts_kernel import sample
 from pyro_bdl.inference.potential import FlatPotential, PotentialCompileWarning, flat_potential
 from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
@@ -28,9 +30,10 @@ from problems import PROBLEMS
 K = 4.5
 
 
-def _run(model, data, *, chains=2, warmup=300, samples=500, seed=0, **settings):
+def _run(model, data, *, chains=2, warmup=300, samples=500, seed=0, potential=None, **settings):
     """Constrained draws site -> (chains, draws, *shape) as float64 numpy, and the sampler's output."""
-    potential = FlatPotential(model, data, compile=False)
+    potential = potential or FlatPotential(model, data, compile=False)
+    settings.setdefault("compile", False)
     out = sample(potential, potential.data_tensors(data), chains=chains, warmup=warmup, samples=samples,
                  seed=seed, **settings)
     return {k: v.double().numpy() for k, v in potential.unpack(out.theta).items()}, out
@@ -88,6 +91,29 @@ def test_same_seed_same_draws_and_stats_in_the_draws_form():
     # a tree of depth j takes between 2^(j-1) and 2^j - 1 leapfrog steps
     depth, steps = a.stats["tree_depth"], a.stats["n_steps"]
     assert np.all((steps >= 2 ** (depth - 1)) & (steps <= 2 ** depth - 1))
+
+
+@pytest.mark.parametrize("kernel", ["nuts", "hmc"])
+def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypatch, kernel):
+    model, data, _ = _zoo_problem("blr")
+    fused = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
+    monkeypatch.setattr(nuts_kernel._Dynamics, "fused",
+                        lambda self, name, step, example, evaluates=True: functools.partial(step, self._grad_and_value))
+    op_by_op = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
+    assert torch.allclose(fused.theta, op_by_op.theta, atol=1e-4)
+    assert np.array_equal(fused.stats["n_steps"], op_by_op.stats["n_steps"])
+
+
+@pytest.mark.slow
+def test_compiled_mid_run_by_auto_recovers_the_exact_posterior_with_the_same_draws_twice(monkeypatch):
+    model, data, exact = _zoo_problem("blr")
+    monkeypatch.setattr(nuts_kernel, "COMPILE_AFTER_STEPS", 0)  # auto compiles at its decision point
+    potential = FlatPotential(model, data, compile=False)
+    draws, a = _run(model, data, potential=potential, compile="auto")
+    assert {key[1] for key in potential._fused} == {False, True}  # both forms ran
+    _, b = _run(model, data, potential=potential, compile="auto")
+    assert torch.equal(a.theta, b.theta)
+    _check_exact(draws, exact)
 
 
 def constrained_model(y=None, flips=None, labels=None):

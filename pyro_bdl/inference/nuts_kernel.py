@@ -8,7 +8,10 @@ arrays (NumPyro's ``_iterative_build_subtree``), so every U-turn inside the subt
 them at its odd leaves.  All chains walk their trees in lockstep: at each leaf one batched
 leapfrog step (one batched potential-and-gradient call, :mod:`pyro_bdl.inference.potential`) moves
 every chain still building, and masks freeze the chains whose tree has stopped; a draw costs the
-longest tree among the chains.
+longest tree among the chains.  A leaf (leapfrog step, energy error, multinomial sampling, checkpoint
+writes and every U-turn check of that leaf) is one function of tensors, as is the merge of a finished
+subtree, each traced together with the potential (:meth:`FlatPotential.fuse`) and run as TorchScript
+or compiled: Python only loops over leaves and asks once per leaf whether any chain still builds.
 
 Plain HMC takes ``round(pi/2 / step_size)`` leapfrog steps (trajectory length pi/2, as the ``hmc``
 method with Pyro's kernel) and a Metropolis correction.
@@ -38,16 +41,21 @@ Example
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY"]
+__all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY", "COMPILE_AFTER_STEPS"]
 
 #: An energy error above this marks a divergent transition (Stan's and Pyro's threshold).
 MAX_DELTA_ENERGY = 1000.0
+#: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps:
+#: compiling them took ~4 s on blr and the 1-50-1 BNN and saved 0.2-0.35 ms per step, a break-even at
+#: 11-20 thousand steps (benchmarks/RESULTS.md, "NUTS speed").
+COMPILE_AFTER_STEPS = 20_000
 _HMC_TRAJECTORY = math.pi / 2
 
 
@@ -64,11 +72,115 @@ class Chains:
 
 # --- Hamiltonian dynamics on a batch of chains --------------------------------------------------
 
-class _Dynamics:
-    """Potential, kinetic energy and leapfrog for chains (C, D) with per-chain inverse mass matrices."""
+def _velocity(inverse_mass, r):
+    """M^-1 r for momenta (..., C, D), inverse mass (C, D) diagonal or (C, D, D) dense."""
+    if inverse_mass.dim() == 3:
+        return (inverse_mass @ r.unsqueeze(-1)).squeeze(-1)
+    return inverse_mass * r
 
-    def __init__(self, potential, tensors, inverse_mass):
-        self.potential, self.tensors = potential, tensors
+
+def _kinetic(inverse_mass, r):
+    return 0.5 * (r * _velocity(inverse_mass, r)).sum(-1)
+
+
+def _leapfrog(grad_and_value, inverse_mass, z, r, g, step):
+    """One velocity-Verlet step of signed size ``step`` (C, 1): -> z, r, U, grad."""
+    r = r - 0.5 * step * g
+    z = z + step * _velocity(inverse_mass, r)
+    g, u = grad_and_value(z)
+    r = r - 0.5 * step * g
+    return z, r, u, g
+
+
+def _energy_error(inverse_mass, u, r, h0):
+    dh = u + _kinetic(inverse_mass, r) - h0
+    return torch.where(torch.isnan(dh), torch.full_like(dh, math.inf), dh)
+
+
+def _is_turning(inverse_mass, r_left, r_right, r_sum):
+    """NumPyro's generalised no-U-turn criterion (Betancourt 2017, A.4.2), per chain; (..., C, D) -> (..., C)."""
+    rho = r_sum - 0.5 * (r_left + r_right)
+    return (((_velocity(inverse_mass, r_left) * rho).sum(-1) <= 0)
+            | ((_velocity(inverse_mass, r_right) * rho).sum(-1) <= 0))
+
+
+def _where(mask, a, b):
+    """Per-chain select: mask (C,) against tensors (C, ...)."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+
+def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps, sum_accept,
+               s_turning, s_diverging, building, step, inverse_mass, h0, store, check, uniform):
+    """One leaf of a NUTS subtree for every chain, as one function of tensors (fused with the potential).
+
+    The first 15 arguments are the subtree's state, returned updated in the same order: the trajectory's
+    end (zc, rc, gc), the subtree's log weight, proposal (pz, pu, pg) and momentum sum, the momentum and
+    momentum-sum checkpoints (depth, C, D), leapfrog steps and acceptance sum, whether it turned or
+    diverged, and which chains still build.  ``store`` / ``check`` (depth,) select the checkpoints this
+    leaf writes (an even leaf) or checks its U-turns against (an odd leaf); ``uniform`` (C,) draws the
+    multinomial proposal.
+    """
+    z, r, u, g = _leapfrog(grad_and_value, inverse_mass, zc, rc, gc, step)
+    dh = _energy_error(inverse_mass, u, r, h0)
+    b = building
+    zc, rc, gc = _where(b, z, zc), _where(b, r, rc), _where(b, g, gc)
+    n_steps = n_steps + b.long()
+    sum_accept = sum_accept + torch.where(b, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
+    # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
+    new_log_w = torch.logaddexp(s_log_w, -dh)
+    take = b & (uniform < torch.exp(-dh - new_log_w))
+    pz, pu, pg = _where(take, z, pz), torch.where(take, u, pu), _where(take, g, pg)
+    s_log_w = torch.where(b, new_log_w, s_log_w)
+    s_r_sum = s_r_sum + _where(b, r, torch.zeros_like(r))
+    put = (store.view(-1, 1) & b.view(1, -1)).unsqueeze(-1)  # (depth, C, 1)
+    r_ckpts = torch.where(put, r, r_ckpts)
+    r_sum_ckpts = torch.where(put, s_r_sum, r_sum_ckpts)
+    turns = _is_turning(inverse_mass, r_ckpts, r, s_r_sum - r_sum_ckpts + r_ckpts)  # (depth, C)
+    s_turning = s_turning | (b & (turns & check.view(-1, 1)).any(0))
+    s_diverging = s_diverging | (b & (dh > MAX_DELTA_ENERGY))
+    building = b & ~s_turning & ~s_diverging
+    return (zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps, sum_accept, s_turning,
+            s_diverging, building)
+
+
+def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps,
+                   sum_accept, s_turning, s_diverging, building, right_z, right_r, right_g, left_z, left_r, left_g,
+                   prop_z, prop_u, prop_g, log_w, r_sum, active, right_way, depth, diverging, uniform, inverse_mass):
+    """Merge a finished subtree (the state :func:`_nuts_leaf` returns) into the tree, as one function of
+    tensors (no potential evaluation): biased progressive sampling, a subtree that turned or diverged is
+    never moved to.  -> right (z, r, g), left (z, r, g), proposal (z, u, g), log_w, r_sum, active, depth,
+    diverging."""
+    to_right, to_left = active & right_way, active & ~right_way
+    right_z, right_r, right_g = (_where(to_right, a, b) for a, b in ((zc, right_z), (rc, right_r), (gc, right_g)))
+    left_z, left_r, left_g = (_where(to_left, a, b) for a, b in ((zc, left_z), (rc, left_r), (gc, left_g)))
+    p_move = torch.where(s_turning | s_diverging, torch.zeros_like(log_w),
+                         torch.exp(torch.clamp(s_log_w - log_w, max=0.0)))
+    move = active & (uniform < p_move)
+    prop_z, prop_u, prop_g = _where(move, pz, prop_z), torch.where(move, pu, prop_u), _where(move, pg, prop_g)
+    log_w = torch.where(active, torch.logaddexp(log_w, s_log_w), log_w)
+    r_sum = r_sum + _where(active, s_r_sum, torch.zeros_like(s_r_sum))
+    depth = depth + active.long()
+    diverging = diverging | (active & s_diverging)
+    turning = s_turning | _is_turning(inverse_mass, left_r, right_r, r_sum)
+    active = active & ~turning & ~s_diverging
+    return (right_z, right_r, right_g, left_z, left_r, left_g, prop_z, prop_u, prop_g, log_w, r_sum, active, depth,
+            diverging)
+
+
+def _hmc_step(grad_and_value, zc, rc, uc, gc, diverging, moving, step, inverse_mass, h0):
+    """One leapfrog step of HMC for the chains ``moving``, as one function of tensors (fused)."""
+    z, r, u, g = _leapfrog(grad_and_value, inverse_mass, zc, rc, gc, step)
+    zc, rc, gc, uc = _where(moving, z, zc), _where(moving, r, rc), _where(moving, g, gc), torch.where(moving, u, uc)
+    diverging = diverging | (moving & (_energy_error(inverse_mass, u, r, h0) > MAX_DELTA_ENERGY))
+    return zc, rc, uc, gc, diverging
+
+
+class _Dynamics:
+    """Potential, kinetic energy and leapfrog for chains (C, D) with per-chain inverse mass matrices;
+    the sampler's steps fused with the potential (:meth:`FlatPotential.fuse`)."""
+
+    def __init__(self, potential, tensors, inverse_mass, compile=False):
+        self.potential, self.tensors, self.compile = potential, tensors, compile
         self.set_mass(inverse_mass)
 
     def set_mass(self, inverse_mass):
@@ -83,13 +195,16 @@ class _Dynamics:
         u, g = self.potential.value_and_grad(z, self.tensors)
         return u.detach(), g.detach()
 
-    def velocity(self, r):
-        if self.dense:
-            return (self.inverse_mass @ r.unsqueeze(-1)).squeeze(-1)
-        return self.inverse_mass * r
+    def _grad_and_value(self, z):
+        u, g = self.value_and_grad(z)
+        return g, u
+
+    def fused(self, name, step, example, evaluates=True):
+        key = (name, self.dense, tuple((tuple(t.shape), t.dtype) for t in example))
+        return self.potential.fuse(key, step, example, self.tensors, compile=self.compile, evaluates=evaluates)
 
     def kinetic(self, r):
-        return 0.5 * (r * self.velocity(r)).sum(-1)
+        return _kinetic(self.inverse_mass, r)
 
     def momentum(self, generator, like):
         eps = torch.randn(like.shape, generator=generator, dtype=like.dtype)
@@ -98,28 +213,8 @@ class _Dynamics:
         return eps * self._sd_mass
 
     def leapfrog(self, z, r, g, step):
-        """One velocity-Verlet step of signed size ``step`` (C, 1): -> z, r, U, grad."""
-        r = r - 0.5 * step * g
-        z = z + step * self.velocity(r)
-        u, g = self.value_and_grad(z)
-        r = r - 0.5 * step * g
-        return z, r, u, g
-
-
-def _where(mask, a, b):
-    """Per-chain select: mask (C,) against tensors (C, ...)."""
-    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
-
-
-def _energy_error(dyn, u, r, h0):
-    dh = u + dyn.kinetic(r) - h0
-    return torch.where(torch.isnan(dh), torch.full_like(dh, math.inf), dh)
-
-
-def _is_turning(dyn, r_left, r_right, r_sum):
-    """NumPyro's generalised no-U-turn criterion (Betancourt 2017, A.4.2), per chain."""
-    rho = r_sum - 0.5 * (r_left + r_right)
-    return ((dyn.velocity(r_left) * rho).sum(-1) <= 0) | ((dyn.velocity(r_right) * rho).sum(-1) <= 0)
+        """One velocity-Verlet step of signed size ``step`` (C, 1), unfused: -> z, r, U, grad."""
+        return _leapfrog(self._grad_and_value, self.inverse_mass, z, r, g, step)
 
 
 def _checkpoint_range(n: int) -> tuple[int, int]:
@@ -130,6 +225,20 @@ def _checkpoint_range(n: int) -> tuple[int, int]:
     while (n >> ones) & 1:
         ones += 1
     return idx_max - ones + 1, idx_max
+
+
+@functools.lru_cache(maxsize=8)
+def _checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per leaf n < 2^(max_depth - 1) of a subtree: its (store, check) masks over the max_depth checkpoints."""
+    masks = []
+    for n in range(2 ** max(max_depth - 1, 0)):
+        idx_min, idx_max = _checkpoint_range(n)
+        store, check = torch.zeros(max_depth, dtype=torch.bool), torch.zeros(max_depth, dtype=torch.bool)
+        if n % 2 == 0:
+            store[idx_max] = True
+        check[idx_min:idx_max + 1] = True
+        masks.append((store, check))
+    return masks
 
 
 # --- one transition -------------------------------------------------------------------------------
@@ -150,56 +259,32 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
     sum_accept = torch.zeros(C, dtype=z.dtype)
     r_ckpts = z.new_zeros((max_depth,) + z.shape)
     r_sum_ckpts = z.new_zeros((max_depth,) + z.shape)
+    masks = _checkpoint_masks(max_depth)
+    no = torch.zeros(C, dtype=torch.bool)
+    leaf = merge = None
     for j in range(max_depth):
         if not bool(active.any()):
             break
         right_way = torch.rand(C, generator=generator) < 0.5
         step = torch.where(right_way, step_size, -step_size).unsqueeze(-1).to(z.dtype)
         zc, rc, gc = (_where(right_way, a, b) for a, b in zip(right, left))
-        s_log_w = torch.full((C,), -math.inf, dtype=z.dtype)
-        s_r_sum = torch.zeros_like(z)
-        s_prop = (zc, u, gc)
-        s_turning = torch.zeros(C, dtype=torch.bool)
-        s_diverging = torch.zeros(C, dtype=torch.bool)
-        building = active.clone()
+        state = (zc, rc, gc, torch.full((C,), -math.inf, dtype=z.dtype), zc, u, gc, torch.zeros_like(z),
+                 r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
         for n in range(2 ** j):
-            if n > 0 and not bool(building.any()):
+            if n > 0 and not bool(state[-1].any()):
                 break
-            zn, rn, un, gn = dyn.leapfrog(zc, rc, gc, step)
-            dh = _energy_error(dyn, un, rn, h0)
-            zc, rc, gc = _where(building, zn, zc), _where(building, rn, rc), _where(building, gn, gc)
-            n_steps += building
-            sum_accept += torch.where(building, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
-            # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
-            new_log_w = torch.logaddexp(s_log_w, -dh)
-            take = building & (torch.rand(C, generator=generator) < torch.exp(-dh - new_log_w))
-            s_prop = tuple(_where(take, a, b) for a, b in zip((zn, un, gn), s_prop))
-            s_log_w = torch.where(building, new_log_w, s_log_w)
-            s_r_sum = s_r_sum + _where(building, rn, torch.zeros_like(rn))
-            idx_min, idx_max = _checkpoint_range(n)
-            if n % 2 == 0:
-                r_ckpts[idx_max] = _where(building, rn, r_ckpts[idx_max])
-                r_sum_ckpts[idx_max] = _where(building, s_r_sum, r_sum_ckpts[idx_max])
-            for i in range(idx_max, idx_min - 1, -1):
-                sub_sum = s_r_sum - r_sum_ckpts[i] + r_ckpts[i]
-                s_turning |= building & _is_turning(dyn, r_ckpts[i], rn, sub_sum)
-            s_diverging |= building & (dh > MAX_DELTA_ENERGY)
-            building = building & ~s_turning & ~s_diverging
-        # merge the subtree into the tree (biased progressive sampling: a subtree that turned or
-        # diverged is never moved to)
-        end = (zc, rc, gc)
-        right = tuple(_where(active & right_way, a, b) for a, b in zip(end, right))
-        left = tuple(_where(active & ~right_way, a, b) for a, b in zip(end, left))
-        p_move = torch.where(s_turning | s_diverging, torch.zeros_like(log_w),
-                             torch.exp(torch.clamp(s_log_w - log_w, max=0.0)))
-        move = active & (torch.rand(C, generator=generator) < p_move)
-        prop = tuple(_where(move, a, b) for a, b in zip(s_prop, prop))
-        log_w = torch.where(active, torch.logaddexp(log_w, s_log_w), log_w)
-        r_sum = r_sum + _where(active, s_r_sum, torch.zeros_like(s_r_sum))
-        depth += active
-        diverging |= active & s_diverging
-        turning = s_turning | _is_turning(dyn, left[1], right[1], r_sum)
-        active = active & ~turning & ~s_diverging
+            args = (*state, step, dyn.inverse_mass, h0, *masks[n], torch.rand(C, generator=generator))
+            if leaf is None:
+                leaf = dyn.fused("nuts-leaf", _nuts_leaf, args)
+            state = leaf(*args)
+        r_ckpts, r_sum_ckpts, n_steps, sum_accept = state[8:12]
+        args = (*state, *right, *left, *prop, log_w, r_sum, active, right_way, depth, diverging,
+                torch.rand(C, generator=generator), dyn.inverse_mass)
+        if merge is None:
+            merge = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)
+        out = merge(*args)
+        right, left, prop = out[0:3], out[3:6], out[6:9]
+        log_w, r_sum, active, depth, diverging = out[9:]
     stats = {"diverging": diverging, "n_steps": n_steps, "tree_depth": depth,
              "accept": sum_accept / n_steps.clamp(min=1)}
     return prop, stats
@@ -213,17 +298,18 @@ def _hmc_transition(dyn, z, u, g, step_size, generator, max_steps):
     r = dyn.momentum(generator, z)
     h0 = u + dyn.kinetic(r)
     step = step_size.unsqueeze(-1).to(z.dtype)
-    zc, rc, uc, gc = z, r, u, g
-    diverging = torch.zeros(C, dtype=torch.bool)
+    state = (z, r, u, g, torch.zeros(C, dtype=torch.bool))
+    hmc_step = None
     for t in range(int(n_steps.max())):
-        moving = (t < n_steps) & ~diverging
+        moving = (t < n_steps) & ~state[-1]
         if not bool(moving.any()):
             break
-        zn, rn, un, gn = dyn.leapfrog(zc, rc, gc, step)
-        zc, rc, gc = _where(moving, zn, zc), _where(moving, rn, rc), _where(moving, gn, gc)
-        uc = torch.where(moving, un, uc)
-        diverging |= moving & (_energy_error(dyn, un, rn, h0) > MAX_DELTA_ENERGY)
-    dh = _energy_error(dyn, uc, rc, h0)
+        args = (*state, moving, step, dyn.inverse_mass, h0)
+        if hmc_step is None:
+            hmc_step = dyn.fused("hmc-step", _hmc_step, args)
+        state = hmc_step(*args)
+    zc, rc, uc, gc, diverging = state
+    dh = _energy_error(dyn.inverse_mass, uc, rc, h0)
     accept_prob = torch.where(diverging, torch.zeros_like(dh), torch.exp(torch.clamp(-dh, max=0.0)))
     accept = torch.rand(C, generator=generator) < accept_prob
     prop = tuple(_where(accept, a, b) for a, b in zip((zc, uc, gc), (z, u, g)))
@@ -291,7 +377,7 @@ def _reasonable_step_size(dyn, z, u, g, step_size, generator):
     def log_accept(step):
         r = dyn.momentum(generator, z)
         zn, rn, un, gn = dyn.leapfrog(z, r, g, step.unsqueeze(-1).to(z.dtype))
-        return -_energy_error(dyn, un, rn, u + dyn.kinetic(r))
+        return -_energy_error(dyn.inverse_mass, un, rn, u + dyn.kinetic(r))
 
     direction = torch.where(log_accept(step_size) > threshold, 2.0, 0.5).to(step_size.dtype)
     searching = torch.ones_like(step_size, dtype=torch.bool)
@@ -350,12 +436,15 @@ def _initial_points(dyn, chains, dim, dtype, generator, tries=100):
 
 def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel: str = "nuts",
            target_accept: float = 0.8, max_tree_depth: int = 10, full_mass: bool = False, seed: int = 0,
-           progress: bool = False) -> Chains:
+           compile: bool | str = "auto", progress: bool = False) -> Chains:
     """Run ``chains`` chains together: ``warmup`` adapted draws (discarded), then ``samples`` draws.
 
     ``potential``: a :class:`~pyro_bdl.inference.potential.FlatPotential`; ``tensors``: its data tensors
     (``potential.data_tensors(data)``).  ``kernel``: "nuts" or "hmc" (trajectory length pi/2, at most
-    2^max_tree_depth steps).  The same ``seed`` gives the same draws.
+    2^max_tree_depth steps).  A leapfrog step and its tree bookkeeping run as one function with the
+    potential: TorchScript, or compiled by inductor (``compile=True``; seconds to a minute to compile);
+    ``compile="auto"`` compiles once the run, projected from the leapfrog steps of its first draws, needs
+    more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the same draws.
     """
     if kernel not in ("nuts", "hmc"):
         raise ValueError(f"unknown kernel '{kernel}': 'nuts' or 'hmc'")
@@ -364,7 +453,15 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     dense = bool(full_mass)
     inverse_mass = (torch.eye(dim, dtype=dtype).expand(chains, dim, dim).clone() if dense
                     else torch.ones(chains, dim, dtype=dtype))
-    dyn = _Dynamics(potential, tensors, inverse_mass)
+    if compile not in (True, False, "auto"):
+        raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
+    dyn = _Dynamics(potential, tensors, inverse_mass, compile=compile is True)
+    # compile="auto" decides at draw 20 if the run looks five times past the threshold (deep trees from
+    # the start), else at draw 50, each time projecting the steps per draw of the draws since half-way there
+    decide = ({min(at, (warmup + samples) // 10): factor for at, factor in ((20, 5), (50, 1))}
+              if compile == "auto" else {})
+    decide.pop(0, None)
+    counted = {}
     z, u, g = _initial_points(dyn, chains, dim, dtype, generator)
     step_size = torch.ones(chains, dtype=torch.float64)
     if warmup > 0:
@@ -390,6 +487,10 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
 
         iterations = tqdm(iterations, desc=f"{kernel} ({chains} chains)")
     for i in iterations:
+        counted[i] = potential.evaluations
+        if i in decide and not dyn.compile:  # deterministic: counts steps, never times them
+            per_draw = (potential.evaluations - counted[i // 2]) / (i - i // 2)
+            dyn.compile = per_draw * (warmup + samples - i) > decide[i] * COMPILE_AFTER_STEPS
         (z, u, g), stats = transition(z, u, g, step_size)
         if i < warmup:
             step_size = averaging.update(stats["accept"].double())

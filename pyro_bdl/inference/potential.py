@@ -20,6 +20,10 @@ fails for a model (a model that reads values into Python, say), the next simpler
 one warning naming the failure: the traced graph without compiling, then eager ``vmap``, then a loop
 over chains.
 
+:meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
+leapfrog step and the sampler's bookkeeping with the potential inlined), run as TorchScript or compiled
+by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
+
 Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
 site.
 
@@ -98,7 +102,10 @@ class FlatPotential:
         self.dim = sum(self.sizes.values())
         self.dtype = next(iter(trace.nodes[s]["value"] for s in self.sites)).dtype
         self._batched = None
+        self._graph = None  # the traced FX graph of the batched potential, once built (None if untraceable)
         self._mode = None
+        self._fused = {}
+        self.evaluations = 0  # batched potential-and-gradient evaluations so far (one per leapfrog step)
 
     # --- the single-point potential ------------------------------------------------------------
     def _split(self, theta: torch.Tensor) -> dict:
@@ -142,8 +149,28 @@ class FlatPotential:
         the order of the model's keyword arguments (:meth:`data_tensors`)."""
         if self._batched is None:
             self._build(theta, tensors)
+        self.evaluations += 1
         grad, value = self._batched(theta, *tensors)
         return value, grad
+
+    def fuse(self, key, step, example: tuple, tensors: tuple, *, compile: bool, evaluates: bool = True):
+        """``step(grad_and_value, *args)`` (tensors in, a tuple of tensors out, one potential evaluation,
+        no Python branching on values) as one function ``fused(*args) -> tuple``, with this potential's
+        traced graph inlined: run as TorchScript, or compiled by inductor (``compile=True``; seconds).
+        ``evaluates``: whether ``step`` calls the potential (counted in :attr:`evaluations`).
+        ``example``: arguments of the shapes it will be called with; ``key``: names the step and those
+        shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
+        fails, ``step`` runs eagerly on :meth:`value_and_grad`'s function, with one warning."""
+        cache_key = (key, compile)
+        if cache_key not in self._fused:
+            self._fused[cache_key] = self._fuse(step, example, tensors, compile)
+        fused = self._fused[cache_key]
+
+        def call(*args):
+            self.evaluations += evaluates
+            return fused(*args, *tensors)
+
+        return call
 
     def data_tensors(self, data: dict) -> tuple:
         """The tensors of ``data``, in the order :meth:`value_and_grad` takes them."""
@@ -176,6 +203,7 @@ class FlatPotential:
             graph.graph.eliminate_dead_code()
             graph.recompile()
             _check_same(graph(theta, *tensors), reference)
+            self._graph = graph
         except Exception as error:  # noqa: BLE001
             self._fallback("vmap", f"tracing the potential failed ({type(error).__name__}: {error})")
             self._batched = vmapped
@@ -200,6 +228,45 @@ class FlatPotential:
             return
         self._batched, self._mode = compiled, "compiled"
 
+    def _fuse(self, step, example, tensors, compile):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        n = len(example)
+        if self._batched is None:
+            self._build(example[0], tensors)
+
+        def unfused(*args):
+            return step(lambda theta: self._batched(theta, *args[n:]), *args[:n])
+
+        if self._graph is None:  # the potential itself did not trace (warned already)
+            return unfused
+        graph = self._graph
+
+        def inlined(*args):
+            return step(lambda theta: graph(theta, *args[n:]), *args[:n])
+
+        # tracers follow tensors by identity: one object passed as two arguments would become one input
+        example, tensors = tuple(t.clone() for t in example), tuple(t.clone() for t in tensors)
+        try:
+            reference = inlined(*example, *tensors)
+            fused = make_fx(inlined)(*example, *tensors)
+            fused.graph.eliminate_dead_code()
+            fused.recompile()
+            if compile:  # inductor on the traced graph directly: no dynamo guards to check at every call
+                from torch._inductor import compile as inductor_compile
+
+                runner = inductor_compile(fused, list(example) + list(tensors))
+            else:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
+                    runner = torch.jit.trace(fused, (*example, *tensors), check_trace=False)
+            _check_same(runner(*example, *tensors), reference)
+            return runner
+        except Exception as error:  # noqa: BLE001 - the step still runs, op by op
+            warnings.warn(f"the sampler's step did not fuse with the model's potential and runs op by op (slower): "
+                          f"{type(error).__name__}: {str(error)[:300]}", PotentialCompileWarning, stacklevel=4)
+            return unfused
+
     def _fallback(self, mode, reason):
         self._mode = mode
         warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
@@ -208,7 +275,10 @@ class FlatPotential:
 
 def _check_same(got, want):
     for a, b in zip(got, want):
-        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True):
+        same = (a.shape == b.shape and a.dtype == b.dtype
+                and (torch.allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True) if a.is_floating_point()
+                     else torch.equal(a, b)))
+        if not same:
             raise RuntimeError("the traced potential disagrees with the eager one")
 
 

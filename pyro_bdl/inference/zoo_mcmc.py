@@ -36,8 +36,10 @@ def stack_chains(done: list) -> Draws:
 def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
                  target_accept: float = 0.8, max_tree_depth: int = 10, jit=False, full_mass=False,
                  checkpoint=None) -> Draws:
-    """Kernel ``name`` ("nuts" or "hmc") on all chains at once; ``jit``: ``torch.compile`` the potential
-    (else it runs as a TorchScript graph).  Same arguments as :func:`pyro_bdl.inference.mcmc.run_mcmc`."""
+    """Kernel ``name`` ("nuts" or "hmc") on all chains at once; ``jit``: compile the sampler's steps fused
+    with the potential from the start (else they run as TorchScript and are compiled only when the run
+    is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.nuts_kernel.COMPILE_AFTER_STEPS`).
+    Same arguments as :func:`pyro_bdl.inference.mcmc.run_mcmc`."""
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
     if done:
@@ -45,10 +47,11 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
     remaining = chains - len(done)
     if remaining > 0:
         seed = int(torch.randint(0, 2**62, ()))
-        potential = flat_potential(model, data, remaining, compile=as_flag(jit))
+        potential = flat_potential(model, data, remaining, compile=False)
         out = sample(potential, potential.data_tensors(data), chains=remaining, warmup=warmup, samples=samples,
                      kernel=name, target_accept=target_accept, max_tree_depth=max_tree_depth,
-                     full_mass=as_flag(full_mass), seed=seed, progress=progress)
+                     full_mass=as_flag(full_mass), seed=seed, compile=True if as_flag(jit) else "auto",
+                     progress=progress)
         values = potential.unpack(out.theta)
         for c in range(remaining):
             done.append({"samples": {k: v[c].detach().clone() for k, v in values.items()},
