@@ -107,6 +107,7 @@ SPEC = register(
         traits=frozenset({"continuous", "low-dimensional"}),
         features=None,
         size="n",
+        task="binary",
         check_data=check_binary,
         exact_posterior=exact_posterior,
         report=_report,

@@ -60,7 +60,7 @@ def _prepare(model, data, target, options) -> _Prepared:
             raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
         if spec.check_data is not None:
             spec.check_data(dataset)
-        check_training_data(dataset)  # warns about constant columns
+        check_training_data(dataset, regression=spec.task == "regression")  # warns about constant columns
         resolved = spec.resolve_options(options)
         if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
             resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})

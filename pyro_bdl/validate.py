@@ -135,15 +135,15 @@ def _check_writable(path: Path, flag: str, named: Path | None = None) -> None:
         raise OutputPathError(f"{flag} {named}: no permission to write in {probe}")
 
 
-def check_training_data(dataset) -> None:
+def check_training_data(dataset, regression: bool = True) -> None:
     """Warn (:class:`DataWarning`) about constant columns of the data a model is fitted to.  A constant target
     is kept, not refused: all heads is a fair coin experiment and all one class a fair classification
-    sample, but a regression on it has nothing to learn (its noise sd collapses towards zero), so the
-    warning says so.  A constant feature column carries no information (with standardisation it is
-    centred to zero)."""
+    sample (no warning for those: ``regression=False``), but a regression on it has nothing to learn (its
+    noise sd collapses towards zero), so the warning says so.  A constant feature column carries no
+    information (with standardisation it is centred to zero)."""
     name = dataset.name
     y = dataset.y
-    if y is not None and len(y) > 1 and bool((y == y[0]).all()):
+    if regression and y is not None and len(y) > 1 and bool((y == y[0]).all()):
         warnings.warn(f"{name}: the target '{dataset.target_name}' is constant ({float(y[0]):g} in every row); "
                       "a regression on it has nothing to learn (its noise sd collapses towards zero)", DataWarning,
                       stacklevel=3)

@@ -220,6 +220,14 @@ def test_constant_target_warns(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 20-step fits: the data warnings are tested
+def test_all_heads_is_a_fair_coin_experiment_and_does_not_warn():
+    """A constant target is a warning for a regression only: all heads is what notebook 01 fits on purpose."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        pyro_bdl.fit("coin", "coin-few", inference="map", steps=20, progress=False)
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 20-step fits: the data warnings are tested
 def test_constant_feature_warns_and_the_cli_prints_it(tmp_path, capsys):
     path = tmp_path / "constfeat.csv"
     rng = np.random.default_rng(0)
