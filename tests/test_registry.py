@@ -83,3 +83,41 @@ def test_unsupervised_program_over_named_data(tmp_path):
     fit = pyro_bdl.fit(mixture_free_density, {"x": x}, inference="map", steps=300, lr=0.1, progress=False)
     assert abs(float(fit.posterior_mean("mu")) - float(x.mean())) < 0.1
     assert fit.point_estimate and get_method("map").point_estimate
+
+
+def _offset_model(X, y=None):
+    """y_i ~ N(c + w x_i, 0.1^2) with w ~ N(0, 1) and a learned (not sampled) offset c: a pyro.param site."""
+    import pyro
+    import pyro.distributions as dist
+
+    c = pyro.param("offset.c", torch.tensor(0.0))
+    w = pyro.sample("w", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", X.shape[0]):
+        return pyro.sample("y", dist.Normal(c + w * X[:, 0], 0.1), obs=y)
+
+
+def test_learned_parameters_are_saved_with_the_fit_and_restored(tmp_path):
+    """A model's pyro.param sites travel in params.pt (read back with weights_only) and predictions use the
+    fit's own values, whatever another fit has put in Pyro's param store since."""
+    import pyro
+
+    from pyro_bdl.registry import _REGISTRY, ModelSpec, register
+    from pyro_bdl.store import PARAMS, write_fit
+
+    register(ModelSpec(name="test-offset", model=_offset_model, summary="test", options={}, default_data="linear"))
+    try:
+        X = torch.linspace(-1, 1, 40).unsqueeze(1)
+        data = pyro_bdl.Dataset("offset", X, 3.0 + 0.5 * X[:, 0], ["x"], "y")
+        fit = pyro_bdl.fit("test-offset", data, inference="map", steps=1500, lr=0.05, progress=False)
+        assert set(fit.params) == {"offset.c"} and abs(float(fit.params["offset.c"]) - 3.0) < 0.05
+        before = fit.predict(X[:5])["mean"].to_numpy()
+        pyro.clear_param_store()
+        pyro.param("offset.c", torch.tensor(-100.0))  # another fit's value under the same name
+        assert fit.predict(X[:5])["mean"].to_numpy() == pytest.approx(before, abs=1e-5)
+        write_fit(fit, tmp_path / "fit")
+        assert (tmp_path / "fit" / PARAMS).exists()
+        back = pyro_bdl.load_fit(tmp_path / "fit")
+        assert torch.equal(back.params["offset.c"], fit.params["offset.c"])
+        assert back.predict(X[:5])["mean"].to_numpy() == pytest.approx(before, abs=1e-5)
+    finally:
+        _REGISTRY.pop("test-offset", None)
