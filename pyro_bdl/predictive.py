@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+import pyro
 import pyro.distributions as dist
 from pyro import poutine
 
@@ -70,15 +71,75 @@ def _moments(fn, extra: int):
     return mean, var, sample
 
 
+def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, extra: int):
+    """Every posterior draw in one run of the model under a plate over the draws (left of the model's own
+    plates, as Pyro's parallel ``Predictive``): the same outputs as the loop, or None when the model does not
+    broadcast over that plate (e.g. ``X @ w`` with a batch of ``w``) or disagrees with the loop on the first
+    draw."""
+    first = next(iter(samples.values()))
+    chains, num = first.shape[:2]
+    S = chains * num
+    flat = {k: v.reshape((S,) + tuple(v.shape[2:])) for k, v in samples.items() if k not in computed}
+    ref = poutine.trace(poutine.condition(model, data={k: v[0] for k, v in flat.items()})).get_trace(**data)
+    nesting = max((-f.dim for node in ref.nodes.values() if node["type"] == "sample"
+                   for f in node["cond_indep_stack"] if f.vectorized and f.dim is not None), default=0)
+    cond = {}
+    for k, v in flat.items():
+        node = ref.nodes.get(k)
+        if node is None or node["type"] != "sample":
+            return None
+        cond[k] = v.reshape((S,) + (1,) * (nesting - len(node["fn"].batch_shape)) + tuple(v.shape[1:]))
+    try:
+        with pyro.plate("_pyro_bdl_draws", S, dim=-nesting - 1):
+            trace = poutine.trace(poutine.condition(model, data=cond)).get_trace(**data)
+    except (RuntimeError, ValueError, IndexError):  # shapes that do not broadcast over the draws
+        return None
+    out = {key: {} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
+    observed, gaussian = {}, {}
+    for s in sites:
+        fn, ref_fn = trace.nodes[s]["fn"], ref.nodes[s]["fn"]
+        shape = tuple(ref_fn.batch_shape) + tuple(ref_fn.event_shape)
+        if tuple(fn.batch_shape) != (S,) + (1,) * (nesting - len(ref_fn.batch_shape)) + tuple(ref_fn.batch_shape):
+            return None
+        ref_value = ref.nodes[s]["value"] if ref.nodes[s]["is_observed"] else ref_fn.sample()
+        lp = fn.log_prob(ref_value.expand(tuple(fn.batch_shape) + tuple(fn.event_shape))).reshape((S,) + shape[:len(ref_fn.batch_shape)])
+        if not torch.allclose(lp[0], ref_fn.log_prob(ref_value), rtol=1e-4, atol=1e-4):
+            return None  # broadcast, but not as one draw at a time: keep the loop
+        mean, var, sample = _moments(fn, extra)
+
+        def per_draw(t, lead=()):
+            return t.reshape(tuple(lead) + (chains, num) + shape).numpy()
+
+        out["mean"][s], out["variance"][s] = per_draw(mean), per_draw(var)
+        out["draws"][s] = np.moveaxis(per_draw(sample, (extra,)), 0, 2)
+        gaussian[s] = isinstance(fn, dist.Normal)
+        if isinstance(fn, dist.Categorical):
+            out["probs"][s] = fn.probs.reshape((chains, num) + tuple(fn.probs.shape[-2:])).numpy()
+        if trace.nodes[s]["is_observed"]:
+            value = trace.nodes[s]["value"]
+            out["log_likelihood"][s] = per_draw(fn.log_prob(value))
+            observed[s] = value.reshape(shape).numpy()
+    deterministic = {name: trace.nodes[name]["value"].reshape((chains, num) + tuple(ref.nodes[name]["value"].shape)).numpy()
+                     for name in computed}
+    return PredictiveDraws(**{key: {s: v for s, v in per_site.items()} for key, per_site in out.items()},
+                           observed=observed, gaussian=gaussian, deterministic=deterministic)
+
+
 @torch.no_grad()
 def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDraws:
-    """Run ``model(**data)`` once per posterior draw; collect the predictive at ``sites``."""
+    """The predictive at ``sites`` for every posterior draw: in one vectorised run of ``model(**data)`` where
+    the model broadcasts over a plate of draws (the zoo's networks do), else one run per draw."""
     first = next(iter(samples.values()))
     chains, num = first.shape[:2]
     extra = max(1, math.ceil(MIN_PREDICTIVE_DRAWS / (chains * num)))
+    computed_names = deterministic_sites(model, data)
+    if chains * num > 1:
+        fast = _vectorised(model, samples, data, sites, computed_names, extra)
+        if fast is not None:
+            return fast
     out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
     observed, gaussian = {}, {}
-    computed = {name: [] for name in deterministic_sites(model, data)}  # from the latents, for these data
+    computed = {name: [] for name in computed_names}  # from the latents, for these data
     for c in range(chains):
         for i in range(num):
             draw = {name: value[c, i] for name, value in samples.items() if name not in computed}

@@ -397,3 +397,29 @@ def test_probabilities_within_tolerance_are_accepted():
 def test_module_docstring_example_runs():
     assert doctest.testmod(unc).failed == 0
     assert set(unc.__all__) <= set(dir(unc))
+
+
+def test_vectorised_predictive_equals_the_loop_over_draws(monkeypatch):
+    """A network broadcasts over a plate of draws: one vectorised run gives the loop's moments, probabilities
+    and log-likelihoods; blr (``X @ w``) does not, and falls back to the loop."""
+    import warnings
+
+    import pyro_bdl
+    from pyro_bdl import predictive
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)  # short fits: the predictive is tested
+        net = pyro_bdl.fit("bnn-regressor", inference="svi", steps=100, samples=50, progress=False,
+                           options={"hidden": "8"})
+        blr = pyro_bdl.fit("blr", inference="svi", steps=100, samples=50, progress=False)
+    X = torch.linspace(-1, 1, 9).unsqueeze(1)
+    kwargs = net.model_kwargs(X)
+    fast = predictive._vectorised(net.model, net.samples, kwargs, net.likelihood_sites, [], 2)
+    assert fast is not None
+    monkeypatch.setattr(predictive, "_vectorised", lambda *args: None)
+    slow = predictive.predictive_draws(net.model, net.samples, kwargs, net.likelihood_sites)
+    for key in ("mean", "variance"):
+        np.testing.assert_allclose(getattr(fast, key)["y"], getattr(slow, key)["y"], rtol=1e-4, atol=1e-5)
+    assert fast.draws["y"].shape[:2] == slow.draws["y"].shape[:2] == (1, 50)
+    monkeypatch.undo()
+    assert predictive._vectorised(blr.model, blr.samples, blr.data, blr.likelihood_sites, [], 2) is None
