@@ -29,22 +29,24 @@ __all__ = ["fit"]
 @dataclass
 class _Prepared:
     """A model ready to fit: its spec (None for a user's model), the bound model and the arguments the runner
-    gives it, and what the fit answers with: ``data`` in the data's units and ``wrap``, which turns the bound
-    model into the model of those data (the standardising transform, or nothing)."""
+    gives it, and what the fit answers with: ``data`` in the data's units and ``standardized``, the bound model
+    wrapped in the standardising transform (None when the model works in the data's units)."""
 
     spec: ModelSpec | None
     model: Callable
     kwargs: dict
     dataset: Dataset | None = None
     options: dict = field(default_factory=dict)
-    standardizer: Standardizer | None = None
+    standardized: StandardizedModel | None = None
     data: dict | None = None
 
+    @property
+    def standardizer(self) -> Standardizer | None:
+        return None if self.standardized is None else self.standardized.standardizer
+
     def answer_model(self, observed: list[str]) -> Callable:
-        """The model the fit result predicts with: data in their own units (:class:`StandardizedModel`)."""
-        if self.standardizer is None:
-            return self.model
-        return StandardizedModel(self.model, self.standardizer, self.spec.features, self.spec.target, observed)
+        """The model the fit result predicts with, in the data's units: its observed sites mapped back."""
+        return self.model if self.standardized is None else self.standardized.with_sites(observed)
 
 
 def _prepare(model, data, target, options) -> _Prepared:
@@ -60,18 +62,17 @@ def _prepare(model, data, target, options) -> _Prepared:
             raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
         if spec.check_data is not None:
             spec.check_data(dataset)
-        check_training_data(dataset, regression=spec.task == "regression")  # warns about constant columns
+        regression = spec.task == "regression"
+        check_training_data(dataset, regression=regression)  # warns about constant columns
         resolved = spec.resolve_options(options)
         if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
             resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})
-        original = spec.data_kwargs(dataset)
+        bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
         if not spec.standardize:
-            return _Prepared(spec, spec.bind(resolved), original, dataset, resolved)
-        regression = spec.task == "regression" and dataset.y is not None
-        standardizer = Standardizer.fit(dataset.X, dataset.y if regression else None)
-        inner = StandardizedModel(None, standardizer, spec.features, spec.target)
-        return _Prepared(spec, spec.bind(resolved), inner.standardize(original), dataset, resolved, standardizer,
-                         original)
+            return _Prepared(spec, bound, original, dataset, resolved)
+        standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None)
+        standardized = StandardizedModel(bound, standardizer, spec.features, spec.target)
+        return _Prepared(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
     if not callable(model):
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     if options:

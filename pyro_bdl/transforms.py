@@ -217,6 +217,10 @@ class StandardizedModel:
         self.features, self.target, self.sites = features, target, tuple(sites)
         functools.update_wrapper(self, getattr(model, "func", model), updated=())
 
+    def with_sites(self, sites) -> StandardizedModel:
+        """The same transform with ``sites`` as the observed sites mapped back to the data's units."""
+        return StandardizedModel(self.model, self.standardizer, self.features, self.target, sites)
+
     @property
     def scales_target(self) -> bool:
         return self.target is not None and self.standardizer.y_mean is not None
