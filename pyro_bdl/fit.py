@@ -181,7 +181,7 @@ def fit(
         method=inference, likelihood_sites=obs,
         samples=with_deterministic(bound, kwargs, {k: v for k, v in draws.samples.items() if k not in local}),
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
-        standardizer=prepared.standardizer, params=model_params(bound, kwargs),
+        standardizer=prepared.standardizer, params={**model_params(bound, kwargs), **draws.params},
     )
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:

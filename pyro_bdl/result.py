@@ -40,7 +40,8 @@ class FitResult:
         the InferenceData are in the data's units, while the latent draws (weights, a noise sd) are in the
         standardised units the network works in (:attr:`standardized_data` is what it saw).
     params : the model's learned parameters (``pyro.param`` / ``pyro.module`` sites of the model, not
-        of the guide), name -> constrained value; saved as ``params.pt`` and restored by ``load_fit``.
+        of the guide), name -> constrained value, and what the method's predictive needs besides the draws
+        (``Draws.params``); saved as ``params.pt`` and restored by ``load_fit``.
     report : what the zoo model reports of the fit (its spec's ``report``), also in ``info``.
     """
 
@@ -83,6 +84,16 @@ class FitResult:
         return method.point_estimate if method is not None else self.num_draws == 1
 
     @property
+    def predicting_model(self) -> Callable:
+        """What the draws predict through: the model, or what the method declares
+        (:attr:`~pyro_bdl.inference.Method.predictive_model`, e.g. ``laplace-ggn``'s linearised network)."""
+        from .inference import METHODS
+
+        method = METHODS.get(self.method)
+        hook = method.predictive_model if method is not None else None
+        return self.model if hook is None else hook(self.model, self.params)
+
+    @property
     def standardized_data(self) -> dict:
         """The arguments the model saw while fitting: ``data`` standardised (or ``data`` itself)."""
         return self.model.standardize(self.data) if hasattr(self.model, "standardize") else self.data
@@ -108,14 +119,15 @@ class FitResult:
     def training_predictive(self) -> PredictiveDraws:
         """Predictive and pointwise log-likelihood on the training data (cached)."""
         with self.own_params():
-            return predictive_draws(self.model, self.samples, self.data, self.likelihood_sites)
+            return predictive_draws(self.predicting_model, self.samples, self.data, self.likelihood_sites)
 
     def predictive(self, new_data=None) -> PredictiveDraws:
         """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
         if new_data is None:
             return self.training_predictive
         with self.own_params():
-            return predictive_draws(self.model, self.samples, self.model_kwargs(new_data), self.likelihood_sites)
+            return predictive_draws(self.predicting_model, self.samples, self.model_kwargs(new_data),
+                                    self.likelihood_sites)
 
     def model_kwargs(self, new_data) -> dict:
         """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.Dataset` or a tensor

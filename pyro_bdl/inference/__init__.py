@@ -48,6 +48,9 @@ class Method:
     resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
     quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
         that the method runs end to end, not that it is accurate.
+    predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
+        than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
+        saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Method:
     point_estimate: bool = False
     resumable: bool = True
     quick: Mapping[str, Any] = field(default_factory=dict)
+    predictive_model: Callable | None = None
 
     def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
         """Run on a :class:`~pyro_bdl.inference.base.RunContext` with resolved ``settings``: the one call every

@@ -26,13 +26,17 @@ Example
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoLaplaceApproximation, init_to_median
 
 from .base import Draws, latent_sites
+from .ggn import LinearisedNetwork, dense_layers, ggn, layer_sites, log_marginal_likelihood, marglik_precision, model_prior
 
-__all__ = ["run_laplace"]
+__all__ = ["run_laplace", "run_laplace_ggn", "GaussianWeights", "linearised_predictive", "LINEARISED_AT"]
 
 
 def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progress: bool, checkpoint=None,
@@ -54,6 +58,116 @@ def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progr
     return Draws(draws, losses=losses, guide=gaussian, info={"laplace_dimension": int(gaussian.loc.numel())})
 
 
+#: Where a fit with the linearised predictive keeps the linearisation point among the parameters saved with it
+#: (``params.pt``): ``LINEARISED_AT + site`` for every dense layer's weight and bias.
+LINEARISED_AT = "laplace-ggn.linearised_at."
+#: The choices of the network path's text settings.
+SUBSETS, PREDICTIVES = ("all", "last-layer"), ("glm", "nn")
+
+
+@dataclass
+class GaussianWeights:
+    """The GGN Laplace posterior of a network's weights: ``N(mean, covariance)`` over ``sites`` (each flattened,
+    in order: ``mean`` (P,), ``covariance`` (P, P), float64), from the posterior precision's Cholesky factor."""
+
+    sites: list
+    shapes: list
+    mean: torch.Tensor
+    precision_cholesky: torch.Tensor
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        return torch.cholesky_inverse(self.precision_cholesky)
+
+    def sample(self, num: int) -> dict:
+        """``num`` draws: site -> (num, *shape), float32."""
+        z = torch.randn(len(self.mean), num, dtype=torch.float64)
+        flat = self.mean[:, None] + torch.linalg.solve_triangular(self.precision_cholesky.T, z, upper=True)
+        draws, start = {}, 0
+        for site, shape in zip(self.sites, self.shapes):
+            size = math.prod(shape)
+            draws[site] = flat[start:start + size].T.reshape((num, *shape)).float()
+            start += size
+        return draws
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"setting '{name}' of inference 'laplace-ggn' must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _prior_setting(value):
+    """``prior_precision``: ``"marglik"``, ``"model"`` or a positive number (also as text)."""
+    if value in ("marglik", "model"):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"setting 'prior_precision' of inference 'laplace-ggn' must be marglik, model or a finite "
+                         f"number > 0, got {value!r}")
+    return number
+
+
+def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, subset: str, prior_precision,
+                    predictive: str, progress: bool, checkpoint=None, init_loc_fn=None, **adam) -> Draws:
+    """The MAP by the zoo's ``map`` (``steps`` of Adam at ``lr``), then the GGN Laplace over the weights of
+    ``subset`` (``all`` dense layers or the ``last-layer``), every other latent site (the noise sd, the other
+    layers) held at its MAP value, the prior precision chosen by ``prior_precision`` (``marglik``: the scalar
+    that maximises the Laplace marginal likelihood; ``model``: the model's own Normal prior; or a number), and
+    ``samples`` draws of the weights.  With ``predictive="glm"`` the fit predicts through the network linearised
+    at the MAP (:func:`linearised_predictive`; the point is kept in ``params``), with ``"nn"`` through the
+    network itself.  ``info`` reports the prior precision, the log marginal likelihood (in the units the model
+    works in), the dimension and the effective number of parameters tr(G Sigma)."""
+    from .svi import run_map
+
+    _check_choice("subset", subset, SUBSETS)
+    _check_choice("predictive", predictive, PREDICTIVES)
+    prior_precision = _prior_setting(prior_precision)
+    mode = run_map(model, data, steps=steps, lr=lr, progress=progress, checkpoint=checkpoint,
+                   init_loc_fn=init_loc_fn, **adam)
+    point = {name: value[0, 0] for name, value in mode.samples.items()}
+    layers = dense_layers(model, data)
+    sites = layer_sites(layers if subset == "all" else layers[-1:])
+    missing = [s for s in sites if s not in point]
+    if missing:
+        raise ValueError(f"the dense layers' weights must be latent sample sites; not found: {', '.join(missing)}")
+    curvature = ggn(model, data, point, sites)
+    theta = torch.cat([point[s].reshape(-1) for s in sites]).double()
+    P = len(theta)
+    if prior_precision == "model":
+        prior_mean, precision = model_prior(model, data, point, sites)
+    else:
+        prior_mean = torch.zeros(P, dtype=torch.float64)
+        delta = (marglik_precision(torch.linalg.eigvalsh(curvature.matrix), float(theta @ theta))
+                 if prior_precision == "marglik" else prior_precision)
+        precision = torch.full((P,), delta, dtype=torch.float64)
+    try:
+        cholesky = torch.linalg.cholesky(curvature.matrix + torch.diag(precision))
+    except torch.linalg.LinAlgError:
+        raise ValueError("laplace-ggn: the posterior precision (GGN + prior) is not positive definite") from None
+    posterior = GaussianWeights(sites, [point[s].shape for s in sites], theta, cholesky)
+    weights = posterior.sample(samples)
+    draws = {name: (weights[name] if name in weights else value.expand((samples, *value.shape)).clone()).unsqueeze(0)
+             for name, value in point.items()}
+    covariance = posterior.covariance
+    info = {"laplace_dimension": P,
+            "laplace_prior_precision": float(precision[0]) if prior_precision != "model" else "model",
+            "laplace_log_marginal_likelihood": log_marginal_likelihood(curvature, theta, prior_mean, precision),
+            "laplace_effective_parameters": float(P - (precision * covariance.diagonal()).sum())}
+    params = {LINEARISED_AT + s: point[s] for s in layer_sites(layers)} if predictive == "glm" else {}
+    return Draws(draws, losses=mode.losses, guide=posterior, info=info, params=params)
+
+
+def linearised_predictive(model, params: dict):
+    """The model a ``laplace-ggn`` fit predicts with: ``model`` with its dense layers linearised at the point kept
+    in ``params`` (:class:`~pyro_bdl.inference.ggn.LinearisedNetwork`), or ``model`` itself if none is kept
+    (``predictive="nn"``)."""
+    point = {name[len(LINEARISED_AT):]: value for name, value in params.items() if name.startswith(LINEARISED_AT)}
+    return LinearisedNetwork(point)(model) if point else model
+
+
 def _register() -> None:
     from . import Method, register_method
     from .svi import ADAM_SETTINGS
@@ -63,6 +177,13 @@ def _register() -> None:
         "(unconstrained coordinates; AutoLaplaceApproximation)", run_laplace,
         {"steps": 2000, "lr": 0.02, "samples": 1000, **ADAM_SETTINGS},
         requires=frozenset({"continuous", "low-dimensional"}), takes_init=True, quick={"steps": 500, "samples": 50}))
+    register_method(Method(
+        "laplace-ggn", "svi", "networks: the MAP, then the GGN Laplace (full or last-layer, prior precision by the "
+        "marginal likelihood) with the linearised predictive (Immer et al. 2021)", run_laplace_ggn,
+        {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "marglik", "predictive": "glm",
+         **ADAM_SETTINGS},
+        requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
+        quick={"steps": 100, "samples": 20}))
 
 
 _register()
