@@ -14,7 +14,7 @@ value of ``--clamps`` as its ``grad_clamp`` (``inf`` = no clamp) and otherwise d
 (``--steps`` overrides the number of steps, ``--set KEY=VALUE ...`` any other setting), seed 0, on
 
 * ``sine``: RMSE to the true curve where the data are, and the gap sd / in-data sd ratio;
-* ``digits``: test accuracy, ECE and the AUROC of entropy against noise images;
+* ``digits``: test accuracy, ECE and the AUROC of entropy against noise images and rotated digits;
 * ``yacht``, ``concrete`` (needs ``--uci-root``): test RMSE and log-likelihood per point, original
   units, mean and standard error over ``--splits`` (default 0 1 2).
 
@@ -53,11 +53,12 @@ def sine_row(method: str, settings: dict) -> str:
 def digits_row(method: str, settings: dict) -> str:
     train, test = digits_split()
     fit = pyro_bdl.fit("bnn-classifier", train, inference=method, seed=0, progress=False, **settings)
-    table, noise = fit.predict(test), fit.predict(digits_ood(test, "noise"))
+    table, noise, rotated = fit.predict(test), fit.predict(digits_ood(test, "noise")), fit.predict(digits_ood(test, "rotated"))
     prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
     labels = test.y.numpy()
     return (f"accuracy {accuracy(prob, labels):.3f}, ECE {expected_calibration_error(prob, labels):.3f}, "
-            f"AUROC noise {auroc(table['entropy'], noise['entropy']):.3f}")
+            f"AUROC noise {auroc(table['entropy'], noise['entropy']):.3f}, "
+            f"rotated {auroc(table['entropy'], rotated['entropy']):.3f}")
 
 
 def uci_row(name: str, root: str, splits, method: str, settings: dict) -> str:

@@ -15,6 +15,15 @@ whose mode is :math:`\log(a / b)` and precision :math:`ab / (a + b)` for the pos
 (the mode by the zoo's optimiser loop, the Hessian by autograd); the draws come from its Gaussian.  The
 Hessian is dense, (d, d): the method suits low-dimensional models.
 
+Networks (``laplace-ggn``, a separate method: another curvature, other settings, another predictive) take the
+generalised Gauss-Newton matrix over their dense layers' weights instead (:mod:`pyro_bdl.inference.ggn`), as
+laplace-torch does (Immer et al. 2021): the zoo's MAP (``map``), then :math:`\mathcal N(\theta_*, (G + P_0)^{-1})`
+over ``subset`` = ``all`` weights or the ``last-layer``'s, every other latent site (the noise sd) held at its MAP
+value, the prior precision :math:`P_0 = \delta I` with :math:`\delta` maximising the Laplace marginal likelihood
+(``prior_precision=marglik``; or ``model``: the model's own Normal prior; or a number), and the draws predicting
+through the network linearised at the MAP (``predictive=glm``, declared as the method's
+``predictive_model``; ``nn``: the network itself).
+
 Example
 -------
 >>> import math, pyro_bdl
