@@ -245,3 +245,34 @@ def _unflatten(net, flat) -> dict:
         out[name] = flat[start:start + p.numel()].reshape(p.shape)
         start += p.numel()
     return out
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # compared at the same weights, wherever the MAP is
+def test_matches_laplace_torch_on_a_small_classifier():
+    """The Categorical GGN (Lambda = diag(p) - p p^T) over every weight, and the marginal likelihood, against
+    laplace-torch's Laplace(net, 'classification', subset_of_weights='all', hessian_structure='full')."""
+    laplace = pytest.importorskip("laplace", reason="laplace-torch is not installed (pip install '.[reference]')")
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(60, 3, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()  # three classes
+    fit = pyro_bdl.fit("bnn-classifier", Dataset("toy-classes", X, y.float()), inference="laplace-ggn",
+                       options={"hidden": "6"}, progress=False, steps=500, samples=20)
+    point, std = _point(fit), fit.standardized_data
+    delta = fit.info["laplace_prior_precision"]
+    net = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    with torch.no_grad():
+        for layer, name in ((net[0], "layer0"), (net[2], "layer1")):
+            layer.weight.copy_(point[f"{name}.weight"])
+            layer.bias.copy_(point[f"{name}.bias"])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(std["X"], std["y"].long()), batch_size=60)
+    la = laplace.Laplace(net, "classification", subset_of_weights="all", hessian_structure="full",
+                         prior_precision=delta)
+    la.fit(loader)
+    L = fit.guide.precision_cholesky
+    precision, reference = L @ L.T, la.posterior_precision.double()
+    assert torch.allclose(precision, reference, rtol=1e-4, atol=1e-5 * float(reference.diagonal().max()))
+    lml = float(la.log_marginal_likelihood(torch.tensor(delta)))
+    assert abs(fit.info["laplace_log_marginal_likelihood"] - lml) < 1e-4 * abs(lml) + 1e-3
+    log_delta = torch.tensor(math.log(delta), requires_grad=True)
+    slope, = torch.autograd.grad(la.log_marginal_likelihood(log_delta.exp()), log_delta)
+    assert abs(float(slope)) < 1e-3, float(slope)
