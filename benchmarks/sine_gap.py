@@ -3,6 +3,7 @@ r"""In-between uncertainty: predictive sd in a gap of the inputs over the sd whe
 Run on demand (the test suite smoke-tests it with a few steps)::
 
     .venv/bin/python benchmarks/sine_gap.py svi mc-dropout ensemble svi:50,50 mc-dropout:50,50:p=0.1
+    .venv/bin/python benchmarks/sine_gap.py laplace-ggn laplace-ggn::subset=last-layer --seeds 0 1 2 3 4
     .venv/bin/python benchmarks/sine_gap.py --family ensemble@in-between svi:50,50:activation=tanh:steps=10000
 
 Each argument is ``METHOD[:HIDDEN[:KEY=VALUE...]]``: an inference method for ``bnn-regressor``, its

@@ -153,11 +153,13 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
     assert module.parse_spec("svi::activation=tanh") == ("svi", {"activation": "tanh"}, {})  # empty: default widths
     with pytest.raises(ValueError, match="KEY=VALUE"):
         module.parse_spec("svi:8:steps")
-    out = run_script("benchmarks/sine_gap.py", "svi:8", "mc-dropout:8,8:p=0.1", "--steps", "30", "--seeds", "0", "1",
-                     cwd=tmp_path)
+    out = run_script("benchmarks/sine_gap.py", "svi:8", "mc-dropout:8,8:p=0.1", "laplace-ggn:8:samples=20", "--steps", "30",
+                     "--seeds", "0", "1", cwd=tmp_path)
     lines = [line for line in out.splitlines() if "gap/data" in line]
     assert [line.split()[:3] for line in lines] == [["svi:8", "seed", "0"], ["svi:8", "seed", "1"],
-                                                    ["mc-dropout:8,8:p=0.1", "seed", "0"], ["mc-dropout:8,8:p=0.1", "seed", "1"]]
+                                                    ["mc-dropout:8,8:p=0.1", "seed", "0"], ["mc-dropout:8,8:p=0.1", "seed", "1"],
+                                                    ["laplace-ggn:8:samples=20", "seed", "0"],
+                                                    ["laplace-ggn:8:samples=20", "seed", "1"]]
 
 
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
