@@ -5,8 +5,8 @@ r"""Last-layer Bayesian regression: a fixed feature map, Bayesian weights on top
     \phi(x) \in \mathbb R^h, \quad w \sim \mathcal N(0, s^2 I_h), \quad b \sim \mathcal N(0, s^2), \quad
     y_i \mid x_i \sim \mathcal N(\phi(x_i)^\top w + b, \sigma^2), \quad \sigma \text{ known (option noise)}.
 
-The feature map :math:`\phi` is a deterministic MLP whose weights are not sample sites
-(:mod:`pyro_bdl.feature_maps`): random (seeded by ``feature_seed``, widths ``hidden``, default 50 tanh units)
+The feature map :math:`\phi` is a deterministic MLP whose weights are fixed parameters, not sample sites
+(:mod:`pyro_bdl.feature_maps`; a fit saves them in its ``params.pt``): random (seeded by ``feature_seed``, widths ``hidden``, default 50 tanh units)
 or given by ``feature_weights``, e.g. the hidden layers of a MAP ``bnn-regressor``
 (``pyro-bdl fit bnn-regressor --inference map --out net``, then ``--option feature_weights=net``).  Inputs
 and targets are standardised on the training data (``noise`` is in standardised units).
@@ -29,6 +29,7 @@ Example
 -------
 >>> import torch, pyro
 >>> X = torch.linspace(-2, 2, 30).unsqueeze(1); y = torch.sin(2 * X[:, 0])
+>>> pyro.clear_param_store()
 >>> tr = pyro.poutine.trace(last_layer).get_trace(X, y, hidden=(8,))
 >>> [n for n in tr.stochastic_nodes if n != "data"], tr.observation_nodes
 (['w', 'b'], ['y'])
@@ -44,7 +45,7 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
-from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, features, split_feature_options
+from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, feature_map, features, split_feature_options
 from pyro_bdl.inference import Domain
 from pyro_bdl.registry import ModelSpec, Option, get_model, register
 
@@ -59,8 +60,8 @@ def last_layer(X: torch.Tensor, y: torch.Tensor | None = None, hidden=None, acti
     """Bayesian last layer on fixed features. ``X``: (n, d); ``y``: (n,) or None. Returns y (n,)."""
     if not noise > 0 or not prior_scale > 0:
         raise ValueError(f"noise and prior_scale must be positive, got noise={noise}, prior_scale={prior_scale}")
-    # phi(X): the fixed feature map, (n, h)
-    feats = features(X, hidden, activation, feature_seed, feature_scale, feature_weights)
+    # phi(X): the fixed feature map, (n, h); its weights are parameters (phi.*), saved with a fit
+    feats = feature_map(X, hidden, activation, feature_seed, feature_scale, feature_weights)
     h = feats.shape[-1]
     # w ~ N(0, s^2 I_h),  b ~ N(0, s^2)
     w = pyro.sample("w", dist.Normal(X.new_zeros(()), prior_scale).expand([h]).to_event(1))

@@ -282,8 +282,8 @@ BAD_OPTIONS = {
     "feature_scale": ({"feature_scale": 0.0}, "option 'feature_scale' of model 'last-layer' must be a finite number > 0"),
     "noise": ({"noise": 0.0}, "option 'noise' of model 'last-layer' must be a finite number > 0, got 0.0"),
     "weights format": ({"feature_weights": [LAYER]}, "feature_weights must be"),
-    "weights tensor": ({"feature_weights": {"activation": "tanh", "layers": [{"weight": torch.eye(2), "bias": [0.0, 0.0]}]}},
-                       "of plain lists"),
+    "weights text": ({"feature_weights": {"activation": "tanh", "layers": [{"weight": "eye", "bias": [0.0, 0.0]}]}},
+                     "of lists or tensors"),
     "weights inputs": ({"feature_weights": {"activation": "tanh", "layers": [{"weight": [[1.0]], "bias": [0.0]}]}},
                        "layer 0 takes 1 inputs but X has 2 column"),
     "weights chain": ({"feature_weights": {"activation": "tanh", "layers": [LAYER, {"weight": [[1.0]], "bias": [0.0]}]}},
@@ -314,10 +314,12 @@ def test_unknown_option_and_bad_weights_file(tmp_path):
 # --------------------------------------------------------------------------- a trained feature map, saved and loaded
 
 def test_trained_feature_map_survives_write_and_load(tmp_path):
+    """A given feature map travels as the model's parameters: params.pt holds its layers, metrics.json and the
+    NetCDF attributes only a pointer, and the loaded fit predicts the same."""
     ds = problem()
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
         phi = fm.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
-    assert json.loads(json.dumps(phi)) == phi  # JSON-able: it travels inside the fit's options
+    assert json.loads(json.dumps(phi)) == phi  # JSON-able, for a file the command line reads
     result = pyro_bdl.fit("last-layer", ds, inference="importance", options={"feature_weights": phi, "noise": 0.5},
                           progress=False, samples=500)
     assert result.info["options"]["feature_weights"] == phi
@@ -326,9 +328,18 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     X = result.standardized_data["X"].double()
     assert torch.allclose(fm.features(X, feature_weights=phi), torch.tanh(X @ A.T + c))
     pyro_bdl.store.write_fit(result, tmp_path / "fit")
+    saved = torch.load(tmp_path / "fit" / "params.pt", weights_only=True)
+    assert torch.equal(saved["phi.0.weight"], A) and torch.equal(saved["phi.0.bias"], c)
+    on_disk = {"activation": "tanh", "layers": "params.pt"}
+    assert json.loads((tmp_path / "fit" / "metrics.json").read_text())["options"]["feature_weights"] == on_disk
     back = pyro_bdl.load_fit(tmp_path / "fit")
+    assert back.info["options"]["feature_weights"] == on_disk
     new = torch.linspace(-3, 3, 7).unsqueeze(1).repeat(1, 2)
+    pyro.clear_param_store()  # what the store holds now does not matter: the fit runs with its own parameters
     pd.testing.assert_frame_equal(result.predict(new)[["mean", "sd"]], back.predict(new)[["mean", "sd"]])
+    # outside its fit the loaded model says where its map is
+    with pytest.raises(ValueError, match="params.pt"):
+        back.model(X=new)
 
     # the command line takes the same map from a JSON file, and predicts from the saved fit
     (tmp_path / "phi.json").write_text(json.dumps(phi))
@@ -337,7 +348,26 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     assert main(["fit", "last-layer", "--inference", "map", "--data", str(tmp_path / "train.csv"), "--target", "y",
                  "--option", f"feature_weights={tmp_path / 'phi.json'}", "--option", "noise=0.5", "--steps", "200",
                  "--out", str(out), "--no-progress", "--test-fraction", "0"]) == 0
-    assert json.loads((out / "metrics.json").read_text())["options"]["feature_weights"] == phi
+    assert json.loads((out / "metrics.json").read_text())["options"]["feature_weights"] == on_disk
+    assert torch.equal(torch.load(out / "params.pt", weights_only=True)["phi.0.weight"].float(), A.float())
+    assert main(["predict", str(out), "--data", str(tmp_path / "train.csv"),
+                 "--out", str(tmp_path / "pred.csv")]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pred.csv")[["mean"]],
+                                  pyro_bdl.load_fit(out).predict(ds.X)[["mean"]].reset_index(drop=True), rtol=1e-5)
+
+
+def test_random_feature_map_is_a_parameter_of_the_model():
+    """Random features are the model's parameters too (saved with a fit), fixed: no gradient reaches them."""
+    ds = problem()
+    pyro.clear_param_store()
+    tr = pyro.poutine.trace(ll.last_layer).get_trace(ds.X, ds.y, hidden=(3,))
+    assert tr.nodes["phi.0.weight"]["type"] == "param" and tr.nodes["phi.0.weight"]["value"].shape == (3, 2)
+    w = tr.nodes["w"]["value"].requires_grad_()
+    pyro.poutine.trace(pyro.poutine.condition(ll.last_layer, {"w": w})).get_trace(ds.X, ds.y, hidden=(3,)) \
+        .log_prob_sum().backward()
+    assert w.grad is not None and pyro.param("phi.0.weight").grad is None and pyro.param("phi.0.bias").grad is None
+    result = pyro_bdl.fit("last-layer", problem(), inference="map", options=OPTIONS, progress=False, steps=300)
+    assert torch.equal(result.params["phi.0.weight"], fm._random_layers(2, (4,), 0, 2.0)[0][0])
 
 
 def test_feature_map_from_a_fitted_network_directory(tmp_path):
@@ -352,11 +382,12 @@ def test_feature_map_from_a_fitted_network_directory(tmp_path):
     out = tmp_path / "ll"
     assert main(["fit", "last-layer", "--inference", "map", "--option", f"feature_weights={net}",
                  "--option", "noise=0.5", "--out", str(out), *data]) == 0
-    phi = json.loads((out / "metrics.json").read_text())["options"]["feature_weights"]
+    saved = torch.load(out / "params.pt", weights_only=True)
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
         want = fm.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
-    assert phi["activation"] == "tanh" and len(phi["layers"]) == 1
-    np.testing.assert_allclose(phi["layers"][0]["weight"], want["layers"][0]["weight"], rtol=1e-5, atol=1e-6)
+    assert json.loads((out / "metrics.json").read_text())["options"]["feature_weights"]["activation"] == "tanh"
+    assert sorted(saved) == ["phi.0.bias", "phi.0.weight"]
+    np.testing.assert_allclose(saved["phi.0.weight"], want["layers"][0]["weight"], rtol=1e-5, atol=1e-6)
     # only a point estimate of bnn-regressor is a feature map
     svi = tmp_path / "svi"
     assert main(["fit", "bnn-regressor", "--inference", "svi", "--option", "hidden=4", "--steps", "5",
