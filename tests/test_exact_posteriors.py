@@ -17,7 +17,6 @@ import functools
 
 import numpy as np
 import pytest
-import torch
 from pyro import poutine
 from pyro.distributions import constraints
 

@@ -1,25 +1,22 @@
-"""``last-layer``: its exact Gaussian posterior against SVI, NUTS, importance sampling and MAP, the
+"""``last-layer``: its exact Gaussian posterior against SVI with each of its guides, the
 reparameterisation-trick gradient against its closed form, the feature map, and a trained feature map
-through a saved fit.
+through a saved fit.  Every method's recovery of the exact posterior on this problem (tests/problems.py):
+tests/test_exact_posteriors.py.
 
 Tolerances (K = 4.5 standard errors, tests/posterior_checks.py):
 
-* NUTS, importance: Monte Carlo only, sd / sqrt(ESS) for means and sd / sqrt(2 ESS) for sds, ESS measured.
 * SVI (full-rank guide, whose family holds the exact posterior): the Monte Carlo error of its 2,000
   draws plus the optimiser's own error, measured on this problem from the fitted guide's moments
   (no draws) over seeds 0-3 at these settings: at most 0.064 posterior sd in the means and 4% in the
   sds; allowed: 0.1 sd and 6%.
-* MAP: deterministic optimisation, measured error below 0.008 posterior sd after 1,000 steps; allowed 0.01 sd
-  after 1,500.
 * The gradient estimator: K Monte Carlo standard errors of its own S draws.
 
 The problem is small and well conditioned (n = 30, d = 2, h = 4, noise 0.5: posterior condition number
-58) so that NUTS needs short trees; the whole file runs in about 30 s on one core.
+58).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import numpy as np
@@ -37,41 +34,26 @@ from pyro_bdl import feature_maps as fm
 from pyro_bdl import gradients
 from pyro_bdl.models import last_layer as ll
 
-from posterior_checks import K, check_means, check_sds, ess, flat_draws
+from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
+from problems import last_layer_problem
 
-OPTIONS = {"hidden": "4", "noise": 0.5}
 #: Optimiser allowance of SVI with the mvn guide at SVI_RUN (see the module docstring).
 SVI_RUN = {"steps": 3000, "lr": 0.05, "samples": 2000}
 SVI_MEAN_ALLOWANCE, SVI_SD_ALLOWANCE = 0.1, 0.06
 
 
-def problem(seed: int = 1, n: int = 30, d: int = 2) -> Dataset:
-    """A smooth nonlinear function of d inputs with noise 0.5 (fixed seed)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = np.sin(X @ rng.normal(size=d)) + 0.5 * rng.normal(size=n)
-    return Dataset(f"last-layer-{seed}", torch.tensor(X, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
-                   [f"x{j}" for j in range(d)], "y")
+def problem(seed: int = 1) -> Dataset:
+    """The shared last-layer problem (tests/problems.py): n = 30, d = 2, noise 0.5, fixed seed."""
+    return last_layer_problem(seed)[0]
+
+
+OPTIONS = last_layer_problem()[1]  # 4 random tanh features, known noise 0.5
 
 
 def _fit(method, **settings):
     result = pyro_bdl.fit("last-layer", problem(), inference=method, options=OPTIONS, seed=0, progress=False,
                           **settings)
-    # the model sees standardised data (result.standardized_data); the exact posterior is taken there
-    exact = ll.exact_posterior(**result.standardized_data, **result.info["options"])
-    return result, exact
-
-
-@pytest.mark.parametrize("method,settings,warning", [
-    # 2 x 200 draws: ESS a little under the 200 the diagnostics ask for (the tolerances use the measured ESS)
-    ("nuts", {"samples": 200, "warmup": 150, "chains": 2}, "MCMC diagnostics: .*ESS"),
-    ("importance", {"samples": 1000}, None),  # Laplace proposal: the exact posterior, up to its Student-t tails
-])
-def test_sampler_recovers_exact_posterior(method, settings, warning):
-    with pytest.warns(pyro_bdl.ConvergenceWarning, match=warning) if warning else contextlib.nullcontext():
-        result, exact = _fit(method, **settings)
-    check_means(result, exact)
-    check_sds(result, exact)
+    return result, exact_posterior_of(result)  # on the standardised data the model saw
 
 
 def test_svi_full_rank_recovers_exact_posterior():
@@ -191,13 +173,6 @@ def test_svi_meanfield_reaches_the_mean_field_optimum():
     assert ((loc - mean).abs() / mf_sd).max() < MF_MEAN_ALLOWANCE
     assert (sd / mf_sd - 1).abs().max() < MF_SD_ALLOWANCE
     assert (mf_sd / cov.diagonal().sqrt()).max() < 0.8  # and that optimum is narrower than the posterior
-
-
-def test_map_is_the_posterior_mean():
-    result, exact = _fit("map", steps=1500)
-    for site, (mean, sd) in exact.items():
-        err = (result.posterior_mean(site) - mean).abs() / sd
-        assert bool((err < 0.01).all()), (site, err)
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # smoke runs; the warnings: test_diagnostics
@@ -424,7 +399,7 @@ def collinear_problem(n: int = 40) -> Dataset:
 @pytest.mark.parametrize("given,expected", [(None, True), ("false", False), (True, True)])
 def test_nuts_full_mass_is_the_model_default_and_reaches_the_kernel(given, expected, monkeypatch):
     """The model's default (or the user's setting, text included) is what Pyro's NUTS is built with.
-    (test_sampler_recovers_exact_posterior runs NUTS with the default against the exact posterior.)"""
+    (tests/test_exact_posteriors.py runs NUTS with the default against the exact posterior.)"""
     from pyro_bdl.inference import mcmc
 
     built = []
