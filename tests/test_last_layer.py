@@ -32,6 +32,7 @@ from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
 from pyro_bdl import feature_maps as fm
 from pyro_bdl import gradients
+from pyro_bdl.inference.guides import PrincipalAxesGuide
 from pyro_bdl.models import last_layer as ll
 
 from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
@@ -90,10 +91,10 @@ def trained_map():
 @pytest.mark.parametrize("features", ["random", "trained"])
 def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(features, request):
     """``svi`` with the model's defaults (the principal-axes guide) on the default data, where a full-rank
-    guide in w's own coordinates is far off (see PrincipalAxesGuide)."""
+    guide in w's own coordinates is far off (see pyro_bdl.inference.guides.PrincipalAxesGuide)."""
     options = {} if features == "random" else {"feature_weights": request.getfixturevalue("trained_map")}
     result = pyro_bdl.fit("last-layer", inference="svi", options=options, seed=0, progress=False, samples=2000)
-    assert isinstance(result.guide, ll.PrincipalAxesGuide)  # the model's default guide for svi
+    assert isinstance(result.guide, PrincipalAxesGuide)  # the model's default guide for svi
     mean, cov = ll.posterior_moments(**result.standardized_data, **result.info["options"])
     assert np.linalg.cond(cov.numpy()) > 1e5  # the problem is as ill-conditioned as claimed
     Q = result.guide.axes(result.standardized_data["X"]).double()
@@ -123,7 +124,7 @@ def test_principal_axes_diagonalise_the_exact_posterior(data):
     else:
         ds = pyro_bdl.load("sine")
         X, y, options = (ds.X - ds.X.mean(0)) / ds.X.std(0), (ds.y - ds.y.mean()) / ds.y.std(), {}
-    guide = ll.PrincipalAxesGuide(pyro_bdl.get_model("last-layer").bind(options))
+    guide = ll.principal_axes_guide(pyro_bdl.get_model("last-layer").bind(options))
     Q = guide.axes(X).double()
     assert torch.allclose(Q.T @ Q, torch.eye(Q.shape[0], dtype=torch.float64), atol=1e-5)
     _, cov = ll.posterior_moments(X, y, **options)
@@ -132,7 +133,7 @@ def test_principal_axes_diagonalise_the_exact_posterior(data):
     corr = rotated / sd[:, None] / sd[None, :] - torch.eye(Q.shape[0], dtype=torch.float64)
     assert corr.abs().max() < 1e-4, corr.abs().max()
     with pytest.raises(TypeError, match="bound last-layer model"):
-        ll.PrincipalAxesGuide(ll.last_layer)
+        ll.principal_axes_guide(ll.last_layer)
 
 
 def test_principal_axes_are_fixed_by_the_training_inputs():
@@ -141,7 +142,7 @@ def test_principal_axes_are_fixed_by_the_training_inputs():
     guide and model take a vectorised batch of particles."""
     X_train, X_new = problem().X, torch.linspace(-3, 3, 7).unsqueeze(1).expand(7, 2).contiguous()
     model = pyro_bdl.get_model("last-layer").bind(OPTIONS)
-    guide = ll.PrincipalAxesGuide(model)
+    guide = ll.principal_axes_guide(model)
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
     on_train = guide(X_train)
