@@ -12,7 +12,7 @@ import pyro_bdl
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
-    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate",
+    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.reports",
     "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
     "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
@@ -29,7 +29,7 @@ INTERNAL = [
     "pyro_bdl.inference.zoo_mcmc",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
-FLAGGED = {"pyro_bdl.evaluate", "pyro_bdl.feature_maps", "pyro_bdl.result"}
+FLAGGED = {"pyro_bdl.reports", "pyro_bdl.feature_maps", "pyro_bdl.result"}
 ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
 
 
