@@ -230,8 +230,10 @@ def feature_map(X: torch.Tensor, hidden=None, activation: str | None = None, fea
 
     From the options, the parameters start at the options' values; as for any ``pyro.param``, values the
     param store already holds under these names win (every fit starts with a clear store; to run the model
-    by hand with other options, ``pyro.clear_param_store()`` first).  From a loaded fit (``feature_weights["layers"] == "params.pt"``), the layers are read from the store,
-    which :meth:`FitResult.own_params` fills from the fit's params.pt.
+    by hand with other options, ``pyro.clear_param_store()`` first); the options are checked at the first call
+    only, so that later calls have no data-dependent branches (the zoo's NUTS traces the model).  From a
+    loaded fit (``feature_weights["layers"] == "params.pt"``), the layers are read from the store, which
+    :meth:`FitResult.own_params` fills from the fit's params.pt.
 
     >>> import pyro, torch
     >>> pyro.clear_param_store()
@@ -239,20 +241,25 @@ def feature_map(X: torch.Tensor, hidden=None, activation: str | None = None, fea
     >>> torch.equal(feature_map(X, hidden=(3,)), features(X, hidden=(3,))), pyro.param("phi.0.weight").shape
     (True, torch.Size([3, 1]))
     """
-    if isinstance(feature_weights, dict) and feature_weights.get("layers") == SAVED:
-        store = pyro.get_param_store()
-        count = 0
-        while f"{name}.{count}.weight" in store:
-            count += 1
-        if count == 0:
+    store = pyro.get_param_store()
+    if f"{name}.0.weight" not in store:  # the first call: the layers from the options, checked once
+        if isinstance(feature_weights, dict) and feature_weights.get("layers") == SAVED:
             raise ValueError(f"the feature map's layers are in the fit's params.pt, but the param store holds no "
                              f"'{name}.0.weight': run the model under FitResult.own_params()")
-        layers = tuple((pyro.param(f"{name}.{l}.weight").detach(), pyro.param(f"{name}.{l}.bias").detach())
-                       for l in range(count))
-        return _apply(X, feature_weights["activation"], layers)
-    activation, layers = _layers(int(X.shape[-1]), hidden, activation, feature_seed, feature_scale, feature_weights)
-    layers = tuple((pyro.param(f"{name}.{l}.weight", lambda A=A: A.clone()).detach(),
-                    pyro.param(f"{name}.{l}.bias", lambda c=c: c.clone()).detach()) for l, (A, c) in enumerate(layers))
+        activation, layers = _layers(int(X.shape[-1]), hidden, activation, feature_seed, feature_scale, feature_weights)
+        for l, (A, c) in enumerate(layers):
+            pyro.param(f"{name}.{l}.weight", A.clone())
+            pyro.param(f"{name}.{l}.bias", c.clone())
+    elif feature_weights is not None:
+        activation = feature_weights["activation"]
+    elif activation is None:
+        activation = RANDOM_ACTIVATION
+    count = 0
+    while f"{name}.{count}.weight" in store:
+        count += 1
+    # every call (once the layers are in the store): no checks on tensor values, so the model traces
+    layers = tuple((pyro.param(f"{name}.{l}.weight").detach(), pyro.param(f"{name}.{l}.bias").detach())
+                   for l in range(count))
     return _apply(X, activation, layers)
 
 

@@ -441,3 +441,20 @@ def test_boolean_settings_are_checked():
     with pytest.raises(ValueError, match="boolean setting"):
         pyro_bdl.fit("last-layer", problem(), inference="nuts", options=OPTIONS, full_mass="maybe", progress=False,
                      samples=5, warmup=5, chains=1)
+
+
+def test_zoo_nuts_traces_the_model_with_a_given_feature_map():
+    """The feature map is checked at the model's first call only: later calls have no data-dependent branch, so
+    the zoo kernel traces the potential (no fallback warning) with given weights and a dense mass matrix."""
+    import warnings
+
+    from pyro_bdl.inference.potential import PotentialCompileWarning
+
+    ds = problem()
+    phi = {"activation": "tanh", "layers": [{"weight": torch.randn(4, 2).tolist(), "bias": torch.zeros(4).tolist()}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PotentialCompileWarning)
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)  # a short run: tracing is what is checked
+        fit = pyro_bdl.fit("last-layer", ds, inference="nuts", options={"feature_weights": phi, "noise": 0.5},
+                           progress=False, samples=20, warmup=60, chains=1)
+    assert fit.samples["w"].shape == (1, 20, 4)

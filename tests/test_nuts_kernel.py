@@ -291,3 +291,22 @@ def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
     assert "sample_stats" in zoo.to_inference_data().groups()
     with pytest.raises(ValueError, match="'zoo' or 'pyro'"):
         pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, kernel="numpyro")
+
+
+def test_dense_mass_factor_of_an_ill_conditioned_estimate():
+    """The momentum factor F (F F^T = M = inverse_mass^-1) of a float32 covariance estimate with condition number
+    1e7, where inverting then factorising in float32 fails (a last-layer posterior on collinear features)."""
+    from pyro_bdl.inference.nuts_kernel import _Dynamics
+
+    gen = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(20, 20, generator=gen, dtype=torch.float64))
+    cov = q @ torch.diag(torch.logspace(-5, 2, 20, dtype=torch.float64)) @ q.T
+    inverse_mass = cov.float().unsqueeze(0)
+    dyn = _Dynamics.__new__(_Dynamics)
+    dyn.set_mass(inverse_mass)
+    F = dyn._chol_mass.double()[0]
+    # the exact factor of the float32 estimate's inverse, in float64: F is it, rounded to float32
+    exact = torch.linalg.solve_triangular(torch.linalg.cholesky(inverse_mass[0].double()),
+                                          torch.eye(20, dtype=torch.float64), upper=False).mT
+    assert torch.allclose(exact @ exact.T @ inverse_mass[0].double(), torch.eye(20, dtype=torch.float64), atol=1e-8)
+    assert torch.allclose(F, exact, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))

@@ -189,8 +189,11 @@ class _Dynamics:
     def set_mass(self, inverse_mass):
         self.inverse_mass = inverse_mass  # (C, D) diagonal or (C, D, D) dense
         self.dense = inverse_mass.dim() == 3
-        if self.dense:  # r ~ N(0, M), M = inverse_mass^-1 = L L^T
-            self._chol_mass = torch.linalg.cholesky(torch.linalg.inv(inverse_mass))
+        if self.dense:  # r ~ N(0, M) as r = F eps, F F^T = M = inverse_mass^-1: F = L^-T, inverse_mass = L L^T
+            # (in float64 and without forming M: an ill-conditioned posterior's M can fail a float32 Cholesky)
+            lower = torch.linalg.cholesky(inverse_mass.double())
+            eye = torch.eye(lower.shape[-1], dtype=torch.float64).expand_as(lower)
+            self._chol_mass = torch.linalg.solve_triangular(lower, eye, upper=False).mT.to(inverse_mass.dtype)
         else:
             self._sd_mass = inverse_mass.rsqrt()
 
