@@ -53,8 +53,8 @@ from pyro_bdl.layers import ACTIVATIONS, forward, hidden_widths, per_example
 from pyro_bdl.inference import Domain
 from pyro_bdl.log_uniform import LogUniform
 from pyro_bdl.networks import BBB_SETTINGS, NOISE_INIT, network_spec
-from pyro_bdl.pruning import (dense_result, image_side, kept_summary, log_alphas, plot_first_layer, plot_log_alpha,
-                              prune, training_quality)
+from pyro_bdl.pruning import (dense_result, factor_params, factors_from_params, image_side, kept_summary, log_alphas,
+                              normal_factors, plot_first_layer, plot_log_alpha, prune, training_quality)
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "SparseVDGuide", "INIT_LOG_SIGMA2"]
@@ -143,11 +143,10 @@ class SparseVDGuide:
 
 
 def pruned_posterior(samples, guide, data, options):
-    """The fit's posterior draws: the guide's, weights with log alpha > threshold set to zero (a guide
-    without Normal factors, e.g. MLE's point, prunes nothing)."""
-    if guide is None:
-        return samples
-    return prune(samples, log_alphas(guide, data, samples), options["threshold"])
+    """The fit's posterior draws: the guide's, weights with log alpha > threshold set to zero; and the guide's
+    Normal factors, kept with the fit's parameters (a point estimate, e.g. MLE's, has none and prunes nothing)."""
+    factors = normal_factors(guide, data, samples) if guide is not None else {}
+    return prune(samples, log_alphas(factors), options["threshold"]), factor_params(factors)
 
 
 def sparsity_report(result) -> dict:
@@ -156,10 +155,11 @@ def sparsity_report(result) -> dict:
     settings, rows = result.info["settings"], result.info.get("rows") or len(next(iter(result.data.values())))
     epochs = settings.get("steps", 0) * (settings.get("batch_size") or rows) / rows
     report = {"seconds_per_epoch": result.info["wall_seconds"] / epochs if epochs else None}
-    la = log_alphas(result.guide, result.standardized_data, result.samples) if result.guide is not None else {}
+    la = log_alphas(factors_from_params(result.params))
     if not la:
         return report
-    report.update(threshold=result.info["options"]["threshold"], **kept_summary(la, result.info["options"]["threshold"]))
+    threshold = result.info["options"]["threshold"]
+    report.update(threshold=threshold, **kept_summary(la, threshold))
     report.update({f"train_{k}_dense": v for k, v in training_quality(dense_result(result)).items()})
     report.update({f"train_{k}_pruned": v for k, v in training_quality(result).items()})
     return report
@@ -167,13 +167,10 @@ def sparsity_report(result) -> dict:
 
 def sparsity_plots(result, out) -> list[str]:
     """``log_alpha.png`` (histograms per layer) and, for square images, ``first_layer.png`` (kept weights)."""
-    if result.guide is None:
-        return []
-    threshold = result.info["options"]["threshold"]
-    la = log_alphas(result.guide, result.standardized_data, result.samples)
+    la = log_alphas(factors_from_params(result.params))
     if not la:
         return []
-    plot_log_alpha(la, threshold, out / "log_alpha.png")
+    plot_log_alpha(la, result.info["options"]["threshold"], out / "log_alpha.png")
     files = ["log_alpha.png"]
     first = result.posterior_mean("layer0.weight").float()  # zero where pruned (zero in every draw)
     if image_side(first.shape[-1]) is not None:

@@ -106,7 +106,7 @@ def samples_from_inference_data(idata: az.InferenceData) -> dict:
         value = torch.tensor(da.values, dtype=torch.float32)
         if "dense_shape" in da.attrs:
             shape = [int(v) for v in np.atleast_1d(da.attrs["dense_shape"])]
-            index = torch.as_tensor(np.asarray(da[f"{name}_kept"].values, dtype=np.int64))
+            index = torch.tensor(np.array(da[f"{name}_kept"].values, dtype=np.int64))
             whole = value.new_zeros(tuple(value.shape[:2]) + (int(np.prod(shape)),))
             whole[:, :, index] = value
             value = whole.reshape(tuple(value.shape[:2]) + tuple(shape))

@@ -39,7 +39,7 @@ def _first_elements(idata, per_dim: int = 2) -> dict:
     coords = {}
     for da in idata.posterior.data_vars.values():
         for dim in da.dims[2:]:
-            coords[dim] = list(range(min(per_dim, da.sizes[dim])))
+            coords[dim] = list(da[dim].values[:per_dim])  # the first coordinates (a pruned site's: flat indices)
     return coords
 
 

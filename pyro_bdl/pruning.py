@@ -3,8 +3,10 @@ r"""Pruning a network by its posterior noise: :math:`\log\alpha` per weight, the
 A mean-field Normal guide factor :math:`q(w) = \mathcal N(\mu, \sigma^2)` has :math:`\alpha = \sigma^2 / \mu^2`: the
 variance of the multiplicative noise on the weight (Gaussian dropout rate :math:`p = \alpha / (1 + \alpha)`).
 Weights with :math:`\log\alpha` above a threshold (Molchanov et al.: 3, i.e. :math:`p > 0.95`) carry
-noise, not signal, and are set to zero.  :func:`log_alphas` reads :math:`\log\alpha` from any guide whose
-factors are Normal (traced once), :func:`prune` zeroes the pruned entries of posterior draws,
+noise, not signal, and are set to zero.  :func:`normal_factors` reads the factors of any guide whose factors
+are Normal (traced once; the fit keeps them with its parameters, :data:`PREFIX`), :func:`log_alphas` turns them
+into :math:`\log\alpha`, :func:`prune` zeroes the pruned entries of posterior draws, :func:`dense_result`
+draws the posterior before pruning,
 :func:`sparsity_report` counts what is kept, and :func:`plot_log_alpha` / :func:`plot_first_layer` draw the
 histogram of :math:`\log\alpha` per layer and the kept weights of the first layer as images.
 
@@ -33,14 +35,20 @@ from pyro import poutine
 from .inference.local_reparam import _normal
 from .log_uniform import log_alpha
 
-__all__ = ["log_alphas", "prune", "kept_summary", "dense_result", "training_quality", "plot_log_alpha",
-           "plot_first_layer", "image_side"]
+__all__ = ["PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
+           "dense_result", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]
+
+
+#: The fit keeps each pruned site's Normal factor in its learned parameters (``params.pt``) under these names
+#: (``{PREFIX}{site}.loc`` / ``.scale``): what log alpha, the pruning and the dense posterior are made from,
+#: in the session that fitted it or after ``load_fit``.
+PREFIX = "posterior."
 
 
 @torch.no_grad()
-def log_alphas(guide, data: dict, sites=None) -> dict:
-    """``{site: log alpha}`` (the site's shape) for every latent site (of ``sites``, if given) whose factor in
-    ``guide`` is Normal; ``guide(**data)`` is traced once."""
+def normal_factors(guide, data: dict, sites=None) -> dict:
+    """``{site: (loc, scale)}`` (each of the site's shape) for every latent site (of ``sites``, if given) whose
+    factor in ``guide`` is Normal; ``guide(**data)`` is traced once."""
     with poutine.block():
         trace = poutine.trace(guide).get_trace(**data)
     out = {}
@@ -49,9 +57,25 @@ def log_alphas(guide, data: dict, sites=None) -> dict:
             continue
         normal = _normal(site["fn"])
         if normal is not None:
-            loc, scale = normal
-            out[name] = log_alpha(loc, scale).expand(site["value"].shape).detach().clone()
+            shape = site["value"].shape
+            out[name] = tuple(t.detach().expand(shape).clone() for t in normal)
     return out
+
+
+def factor_params(factors: dict) -> dict:
+    """The factors as named tensors, for the fit's ``params`` (:data:`PREFIX`)."""
+    return {f"{PREFIX}{name}.{part}": value for name, pair in factors.items() for part, value in zip(("loc", "scale"), pair)}
+
+
+def factors_from_params(params: dict) -> dict:
+    """The factors back from a fit's ``params``: ``{site: (loc, scale)}``."""
+    sites = [k[len(PREFIX):-len(".loc")] for k in params if k.startswith(PREFIX) and k.endswith(".loc")]
+    return {name: (params[f"{PREFIX}{name}.loc"], params[f"{PREFIX}{name}.scale"]) for name in sites}
+
+
+def log_alphas(factors: dict) -> dict:
+    """``{site: log alpha}`` of Normal factors ``{site: (loc, scale)}``."""
+    return {name: log_alpha(loc, scale) for name, (loc, scale) in factors.items()}
 
 
 def prune(samples: dict, log_alphas: dict, threshold: float) -> dict:
@@ -73,23 +97,25 @@ def kept_summary(log_alphas: dict, threshold: float) -> dict:
             "compression": total / max(sum(kept.values()), 1)}
 
 
+@torch.no_grad()
 def dense_result(result, samples: int | None = None):
-    """The fit before pruning: a copy of ``result`` (a :class:`~pyro_bdl.result.FitResult` with its fitted
-    guide: in the session that fitted it) whose draws are new draws of the guide, nothing zeroed;
-    ``samples`` draws (default: as many as ``result`` has).  ``dense_result(fit).predict(X)`` is the dense
-    network's prediction, ``fit.predict(X)`` the pruned one's."""
+    """The fit before pruning: a copy of ``result`` (a :class:`~pyro_bdl.result.FitResult` whose ``params`` hold
+    its Normal factors, :data:`PREFIX`) with ``samples`` new draws (default: as many as it has) of every
+    factor, nothing zeroed.  ``dense_result(fit).predict(X)`` is the dense network's prediction,
+    ``fit.predict(X)`` the pruned one's."""
     import dataclasses
 
-    from .inference.svi import guide_draws
-
-    if result.guide is None:
-        raise ValueError("the dense posterior is drawn from the fitted guide, which a fit loaded from disk does "
-                         "not have (its draws are the pruned ones): refit, or predict with the pruned network")
+    factors = factors_from_params(result.params)
+    if not factors:
+        raise ValueError("this fit keeps no Normal posterior factors to draw the dense network from (fitted by a "
+                         "point method, or by a guide without Normal factors)")
     num = samples or result.num_draws
-    draws = guide_draws(result.guide, result.standardized_data, list(result.samples), num)
+    draws = dict(result.samples)
+    for name, (loc, scale) in factors.items():
+        draws[name] = (loc + scale * torch.randn((num,) + tuple(loc.shape), dtype=loc.dtype)).unsqueeze(0)
     out = dataclasses.replace(result, samples=draws, report={})
-    out.__dict__.pop("training_predictive", None)
-    out.__dict__.pop("_idata", None)
+    for cached in ("training_predictive", "_idata"):
+        out.__dict__.pop(cached, None)
     return out
 
 

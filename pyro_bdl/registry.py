@@ -85,9 +85,11 @@ class ModelSpec:
     check_data : raises :class:`pyro_bdl.data.DataError` for data the model cannot take.
     exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
     report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
-    posterior : ``(samples, guide, data, options) -> samples``: the posterior draws the fit keeps, made from
-        the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers), the data
-        the model saw and the resolved options (e.g. sparse VD's pruned weights); None keeps the draws.
+    posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps,
+        made from the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers),
+        the data the model saw and the resolved options (e.g. sparse VD's pruned weights), and tensors to keep
+        with the fit's learned parameters (``params.pt``; e.g. the guide's factors they were made from);
+        None keeps the draws.
     plots : ``(result, out_dir) -> [file names]``: the model's own figures, written with the fit's.
     guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
         ``fit(..., guide=NAME)`` next to the generic ones.

@@ -15,7 +15,8 @@ DOCUMENTED = [
     "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate",
     "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
-    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
+    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.log_uniform", "pyro_bdl.pruning",
+    "pyro_bdl.models.sparse_vd", "pyro_bdl.idx", "pyro_bdl.inference.optim", "pyro_bdl.cli",
     "pyro_bdl.layers", "pyro_bdl.networks", "pyro_bdl.feature_maps", "pyro_bdl.transforms", "pyro_bdl.inference.laplace",
     "pyro_bdl.inference.pyro_internals", "pyro_bdl.gap_problems", "pyro_bdl.validate",
 ]
