@@ -33,8 +33,9 @@ Example
 >>> tr = pyro.poutine.trace(sparse_vd_classifier).get_trace(X, num_classes=3, hidden=(6,))
 >>> [(n, s["type"]) for n, s in tr.nodes.items() if n.startswith("layer0")]
 [('layer0.weight', 'sample'), ('layer0.bias', 'param')]
->>> guide = SparseVDGuide(lambda X: sparse_vd_classifier(X, num_classes=3, hidden=(6,)))
->>> sorted(guide(X))
+>>> y = torch.tensor([0, 1, 2, 0, 1])
+>>> guide = SparseVDGuide(lambda X, y: sparse_vd_classifier(X, y, num_classes=3, hidden=(6,)))
+>>> sorted(guide(X, y))
 ['layer0.weight', 'layer1.weight']
 """
 
