@@ -180,7 +180,8 @@ def sparsity_plots(result, out) -> list[str]:
     return files
 
 
-_SVD_PATH = {method: {**BBB_SETTINGS[method], "local_reparam": True, "samples": 100} for method in ("svi", "svi-meanfield")}
+#: The networks' SVI path with local reparameterisation; 100 draws of the (pruned) posterior by default.
+_SVD_PATH = {"svi-meanfield": {**BBB_SETTINGS["svi-meanfield"], "local_reparam": True, "samples": 100}}
 _COMMON = {
     "activation": Option("relu", f"one of {', '.join(ACTIVATIONS)}", str),
     "threshold": Option(3.0, "prune weights with log alpha above this (3: alpha > 20, dropout rate > 0.95)",

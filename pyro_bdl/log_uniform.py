@@ -17,8 +17,10 @@ which has no closed form; Molchanov et al. (Eq. 14) fit
 :math:`k_1 = 0.63576, k_2 = 1.87320, k_3 = 1.48695`, with :math:`C = -k_1` so that the KL vanishes as
 :math:`\alpha \to \infty` (the weight is pure noise: it can be dropped).  It is registered in torch's KL table
 for ``(Normal, LogUniform)``, so ``TraceMeanField_ELBO`` (``svi-meanfield``) uses it for every Normal guide
-factor, and the local reparameterisation trick (which changes the likelihood term only) composes with it;
-``Trace_ELBO`` (``svi``) estimates the same KL (up to its constant) by ``log q(w) + log|w|`` at the draw.
+factor, and the local reparameterisation trick (which changes the likelihood term only) composes with it.
+``Trace_ELBO`` (``svi``) would estimate the KL by ``log q(w) + log|w|`` at a draw, whose gradient
+:math:`1/w` has infinite variance under a Normal q (the fits go NaN): a model with this prior declares the
+``improper-prior`` trait, which ``svi`` refuses.
 ``tests/test_sparse_vd.py`` checks the approximation against a numerical integral of the exact KL.
 
 Example

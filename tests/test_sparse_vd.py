@@ -162,18 +162,10 @@ def test_regressor_reports_rmse_before_and_after_pruning():
     assert "sigma" in fit.params and "layer0.bias" in fit.params
 
 
-@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short runs: what runs, not how well
-def test_trace_elbo_and_mle_run_on_the_improper_prior():
-    """svi (Trace_ELBO: the KL by log q + log|w| at the draw) prunes too; mle has no noise to prune by."""
-    train, _ = digits_split()
-    svi = pyro_bdl.fit("sparse-vd", train, inference="svi", options={"hidden": "20"}, progress=False, **QUICK)
-    assert svi.report["kept_weights"] < svi.report["weights"]
-    mle = pyro_bdl.fit("sparse-vd", train, inference="mle", options={"hidden": "20"}, progress=False, steps=50)
-    assert "compression" not in mle.report
-
-
-@pytest.mark.parametrize("method", ["nuts", "hmc", "map", "ensemble", "mc-dropout"])
+@pytest.mark.parametrize("method", ["nuts", "hmc", "map", "ensemble", "mc-dropout", "svi"])
 def test_methods_that_need_a_proper_prior_are_refused(method):
+    """Samplers and mode finders need a proper posterior; svi's KL estimate log q(w) + log|w| has a gradient
+    1/w of infinite variance (its fits go NaN within 100 steps on digits)."""
     with pytest.raises(ValueError, match=f"does not support inference '{method}' .*refuses a model that is improper-prior"):
         pyro_bdl.fit("sparse-vd", inference=method, progress=False)
 

@@ -44,7 +44,9 @@ class Method:
         importance-sampling methods; ``network``: weights in :func:`pyro_bdl.layers.dense` layers).
     refuses : the traits that rule the method out.  By default ``improper-prior`` (a prior without a
         normalising constant, e.g. sparse VD's log-uniform: the posterior may not exist, nor a mode, nor
-        prior draws), which only the methods that need none (the variational ones, MLE) accept.
+        prior draws; and at a draw its log density, -log|w|, has a gradient 1/w of infinite variance under a
+        Normal q), which only ``svi-meanfield`` (the KL in closed form or approximated) and ``mle`` (no
+        prior) accept.
     takes_guide : accepts a guide (SVI methods).
     takes_init : starts from a point the model may choose (its ``init_loc_fn``).
     point_estimate : returns one point (one draw), not a posterior sample.

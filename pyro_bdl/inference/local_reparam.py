@@ -42,6 +42,9 @@ from pyro.poutine.messenger import Messenger
 
 __all__ = ["LocalReparam"]
 
+#: The smallest pre-activation variance drawn with (an sd of 1e-8: nothing, next to any weight's noise).
+VAR_FLOOR = 1e-16
+
 
 def _normal(fn):
     """``(loc, scale)`` of a (possibly ``to_event``) Normal, else None."""
@@ -84,7 +87,9 @@ class _Answer(Messenger):
             mean = mean + b.unsqueeze(-2)
         # one draw per example (and per particle: W's batch dims lead)
         shape = torch.broadcast_shapes(mean.shape, W.shape[:-2] + (1, 1))
-        msg["value"] = mean + var.sqrt() * torch.randn(shape, dtype=mean.dtype, device=mean.device)
+        # the floor: an example whose inputs to the layer are all zero (dead ReLUs) has variance 0 when the bias is
+        # a point (sparse VD's), and sqrt's gradient at 0 is infinite (NaN fits)
+        msg["value"] = mean + var.clamp_min(VAR_FLOOR).sqrt() * torch.randn(shape, dtype=mean.dtype, device=mean.device)
         msg["done"] = True
 
 
