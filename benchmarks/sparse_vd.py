@@ -61,11 +61,14 @@ def fit_one(name: str, model: str, inference: str, train, test, args) -> dict:
     if inference == "svi-meanfield":
         settings.update(local_reparam=True, samples=args.samples)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         fit = pyro_bdl.fit(model, train, inference=inference, options={"hidden": args.hidden}, seed=args.seed,
                            progress=args.progress, **settings)
     seconds = time.perf_counter() - start
+    for w in caught:  # a fit that stopped or has not settled says so (constant border pixels: not worth a line)
+        if "constant" not in str(w.message):
+            print(f"warning [{name}]: {w.message}")
     row = {"name": name, "error": 100 * (1 - evaluate_fit(fit, test)["accuracy"]), "seconds": seconds,
            "seconds_per_epoch": fit.info["wall_seconds"] / args.epochs, "compression": 1.0, "kept": ""}
     if "compression" in fit.report:
