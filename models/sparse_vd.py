@@ -46,11 +46,12 @@ import math
 import pyro
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro.infer.autoguide.initialization import InitMessenger
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import constraints
 
-from pyro_bdl.layers import ACTIVATIONS, forward, hidden_widths, per_example
+from pyro_bdl.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_example
 from pyro_bdl.inference import Domain
 from pyro_bdl.log_uniform import LogUniform
 from pyro_bdl.networks import BBB_SETTINGS, NOISE_INIT, network_spec
@@ -58,7 +59,7 @@ from pyro_bdl.pruning import (dense_result, factor_params, factors_from_params, 
                               normal_factors, plot_first_layer, plot_log_alpha, prune, training_quality)
 from pyro_bdl.registry import ModelSpec, Option, register
 
-__all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "SparseVDGuide", "INIT_LOG_SIGMA2"]
+__all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5", "SparseVDGuide", "INIT_LOG_SIGMA2"]
 
 #: Where q's log sigma^2 starts (Molchanov et al.'s code): the weights start close to a point estimate.
 INIT_LOG_SIGMA2 = -10.0
@@ -97,11 +98,42 @@ def sparse_vd_regressor(X, y=None, hidden=(50,), activation="relu", noise=None, 
         return pyro.sample("y", dist.Normal(f, sigma), obs=None if y is None else y[idx])
 
 
+def sparse_vd_lenet5(X, y=None, num_classes=None, channels=(10, 20), kernel=3, hidden=100, activation="relu",
+                     batch_size=None):
+    """Sparse VD LeNet-5 style for square images. ``X``: (n, side * side), each row an image; two k x k
+    convolutions (``channels``, zero-padded), each followed by the activation and 2 x 2 max pooling, then a
+    dense layer of ``hidden`` units and the output."""
+    side = image_side(X.shape[-1])
+    if side is None or side < 2 ** len(channels):
+        raise ValueError(f"sparse_vd_lenet5 takes square images of side >= {2 ** len(channels)}, flattened; got "
+                         f"{X.shape[-1]} columns")
+    if num_classes is None:
+        raise ValueError("sparse_vd_lenet5 needs num_classes")
+    if kernel % 2 == 0:
+        raise ValueError(f"kernel must be odd (the padding keeps the image size), got {kernel}")
+    convs, c_in = [], 1
+    for layer, c_out in enumerate(channels):
+        # K_l ~ LogUniform (improper), c_out x c_in kernels of k x k; a point bias per channel
+        K = pyro.sample(f"conv{layer}.weight", LogUniform((c_out, c_in, kernel, kernel), X).to_event(4))
+        convs.append((K, pyro.param(f"conv{layer}.bias", lambda: X.new_zeros(c_out))))
+        c_in = c_out
+    pooled = side // 2 ** len(channels)
+    layers = sparse_layers(c_in * pooled * pooled, (int(hidden), int(num_classes)), X)
+    act = ACTIVATIONS[activation]
+    with pyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
+        h = X[idx].reshape(-1, 1, side, side)
+        for layer, (K, b) in enumerate(convs):  # h_{l+1} = maxpool(a(K_l * h_l + b_l))
+            h = F.max_pool2d(act(conv2d(h, K, b, name=f"conv{layer}")), 2)
+        logits = per_example(forward(h.flatten(-3), layers, activation))
+        # y_i ~ Categorical(softmax(f(x_i)))
+        return pyro.sample("y", dist.Categorical(logits=logits), obs=None if y is None else y[idx].long())
+
+
 def init_weights(site):
-    """Where optimisation starts a weight W (out, in): a draw of N(0, 1 / fan_in) (random: a symmetric
-    start makes every hidden unit the same; the prior has no draws to start from)."""
+    """Where optimisation starts a weight W (out, in) or kernel K (out, in, k, k): a draw of N(0, 1 / fan_in)
+    (random: a symmetric start makes every unit the same; the prior has no draws to start from)."""
     shape = site["fn"].shape()
-    return torch.randn(shape) / math.sqrt(shape[-1])
+    return torch.randn(shape) / math.sqrt(math.prod(shape[1:]))
 
 
 class SparseVDGuide:
@@ -173,7 +205,8 @@ def sparsity_plots(result, out) -> list[str]:
         return []
     plot_log_alpha(la, result.info["options"]["threshold"], out / "log_alpha.png")
     files = ["log_alpha.png"]
-    first = result.posterior_mean("layer0.weight").float()  # zero where pruned (zero in every draw)
+    first = result.posterior_mean(next(iter(la))).float()  # zero where pruned (zero in every draw)
+    first = first.reshape(first.shape[0], -1)  # a unit's incoming weights, or a channel's kernel, as an image
     if image_side(first.shape[-1]) is not None:
         plot_first_layer(first, out / "first_layer.png")
         files.append("first_layer.png")
@@ -204,6 +237,19 @@ register(ModelSpec(
     model=sparse_vd_classifier,
     summary="sparse variational dropout MLP classifier (log-uniform prior; prunes weights with log alpha > 3)",
     options={"hidden": Option((300, 100), "hidden layer widths (LeNet-300-100: 300,100)", hidden_widths), **_COMMON,
+             "num_classes": Option(None, "number of classes (default: from the training labels)", int,
+                                   domain=Domain(int, 2))},
+    default_data="digits",
+    **_spec(classifier=True),
+))
+register(ModelSpec(
+    name="sparse-vd-lenet5",
+    model=sparse_vd_lenet5,
+    summary="sparse variational dropout LeNet-5 style convolutional classifier for square images (rows of pixels)",
+    options={"channels": Option((10, 20), "channels of the two convolutions (LeNet-5-Caffe: 20,50)", hidden_widths),
+             "kernel": Option(3, "kernel side k, odd (LeNet-5-Caffe: 5)", int, domain=Domain(int, 1)),
+             "hidden": Option(100, "units of the dense layer (LeNet-5-Caffe: 500)", int, domain=Domain(int, 1)),
+             **_COMMON,
              "num_classes": Option(None, "number of classes (default: from the training labels)", int,
                                    domain=Domain(int, 2))},
     default_data="digits",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyro
 import pyro.distributions as dist
 import pytest
 import torch
@@ -202,3 +203,48 @@ def test_cli_fit_and_predict_on_tiny_settings(tmp_path):
     bad = subprocess.run(cmd + ["fit", "sparse-vd", "--out", str(tmp_path / "bad")], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "refuses a model that is improper-prior" in bad.stderr
+
+
+def test_local_reparameterisation_of_a_convolution_has_the_weight_draws_moments():
+    """The convolution's local reparameterisation draws each output from N(conv(h, mu) + b, conv(h^2, sigma^2)):
+    over 4000 draws its mean and variance per output agree with those of conv(h, W) + b for W ~ q, within
+    5 Monte Carlo standard errors (mean: sd sqrt(2 v / N); variance: relative sd sqrt(2 / N) each, so
+    sqrt(4 / N) for the ratio)."""
+    import torch.nn.functional as F
+
+    from pyro_bdl.inference.local_reparam import LocalReparam
+    from pyro_bdl.layers import conv2d
+
+    torch.manual_seed(0)
+    h, mu, sigma, b = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.rand(4, 3, 3, 3), torch.randn(4)
+    n = 4000
+
+    def model():
+        W = pyro.sample("W", dist.Normal(mu, sigma).to_event(4))
+        return conv2d(h, W, b, name="conv0")
+
+    def guide():
+        return pyro.sample("W", dist.Normal(mu, sigma).to_event(4))
+
+    from pyro import poutine
+
+    lrt_model, lrt_guide = LocalReparam().wrap(model, guide)
+    local = torch.stack([poutine.replay(lrt_model, trace=poutine.trace(lrt_guide).get_trace())() for _ in range(n)])
+    direct = torch.stack([F.conv2d(h, mu + sigma * torch.randn_like(sigma), b, padding=1) for _ in range(n)])
+    v = direct.var(0)
+    assert ((local.mean(0) - direct.mean(0)).abs() < 5 * (2 * v / n).sqrt()).all()
+    assert ((local.var(0) / v - 1).abs() < 5 * math.sqrt(4 / n)).all()
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: what runs, not how well
+def test_lenet5_prunes_its_kernels_and_draws_them_as_images(digits, tmp_path):
+    train, test = digits
+    fit = pyro_bdl.fit("sparse-vd-lenet5", train, inference="svi-meanfield", progress=False, **QUICK)
+    assert list(fit.report["kept_fraction"]) == ["conv0.weight", "conv1.weight", "layer0.weight", "layer1.weight"]
+    assert fit.report["kept_weights"] < fit.report["weights"]
+    assert fit.samples["conv0.weight"].shape[2:] == (10, 1, 3, 3)
+    assert "first_layer.png" in write_fit(fit, tmp_path / "fit")  # the 3 x 3 kernels as images
+    assert len(fit.predict(test.X[:5])) == 5
+    with pytest.raises(ValueError, match="square images"):
+        pyro_bdl.fit("sparse-vd-lenet5", pyro_bdl.Dataset("63 pixels", train.X[:, :63], train.y),
+                     inference="svi-meanfield", progress=False, steps=5)
