@@ -254,3 +254,17 @@ def test_sparse_vd_benchmark_prints_a_line_per_net_and_the_ratios(tmp_path):
         assert f"ratio sparse-vd/{name} [seconds per epoch] = " in out, out
         assert f"difference sparse-vd - {name} [test error, points] = " in out, out
     assert "paper (60k training images): dense 1.64%, sparse VD 1.92% at 68x" in out
+
+
+def test_sparse_vd_benchmark_fits_the_convolutional_net(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "mnist").mkdir()
+    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", rng.integers(0, 255, size=(100, 28, 28)))
+    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", np.arange(100) % 10)
+    out = run_script("benchmarks/sparse_vd.py", "--data", str(tmp_path / "mnist"), "--epochs", "1", "--lenet5", "4,8:3:10",
+                     "--batch-size", "50", "--samples", "3", cwd=tmp_path)
+    line = next(line for line in out.splitlines() if "s/epoch" in line)
+    assert line.startswith("sparse-vd-lenet5 4,8:3:10") and "compression" in line, out
+    assert "LeNet-5 dense 0.80%, sparse VD 0.75% at 280x" in out
