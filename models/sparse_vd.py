@@ -55,8 +55,7 @@ from pyro_bdl.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_exa
 from pyro_bdl.inference import Domain
 from pyro_bdl.log_uniform import LogUniform
 from pyro_bdl.networks import BBB_SETTINGS, NOISE_INIT, network_spec
-from pyro_bdl.pruning import (dense_result, factor_params, factors_from_params, image_side, kept_summary, log_alphas,
-                              normal_factors, plot_first_layer, plot_log_alpha, prune, training_quality)
+from pyro_bdl.pruning import image_side, pruning_spec
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5", "SparseVDGuide", "INIT_LOG_SIGMA2"]
@@ -175,44 +174,6 @@ class SparseVDGuide:
         return draws
 
 
-def pruned_posterior(samples, guide, data, options):
-    """The fit's posterior draws: the guide's, weights with log alpha > threshold set to zero; and the guide's
-    Normal factors, kept with the fit's parameters (a point estimate, e.g. MLE's, has none and prunes nothing)."""
-    factors = normal_factors(guide, data, samples) if guide is not None else {}
-    return prune(samples, log_alphas(factors), options["threshold"]), factor_params(factors)
-
-
-def sparsity_report(result) -> dict:
-    """metrics.json: what is kept per layer, the compression, the fit on the training data before and after
-    pruning, and the wall time per epoch."""
-    settings, rows = result.info["settings"], result.info.get("rows") or len(next(iter(result.data.values())))
-    epochs = settings.get("steps", 0) * (settings.get("batch_size") or rows) / rows
-    report = {"seconds_per_epoch": result.info["wall_seconds"] / epochs if epochs else None}
-    la = log_alphas(factors_from_params(result.params))
-    if not la:
-        return report
-    threshold = result.info["options"]["threshold"]
-    report.update(threshold=threshold, **kept_summary(la, threshold))
-    report.update({f"train_{k}_dense": v for k, v in training_quality(dense_result(result)).items()})
-    report.update({f"train_{k}_pruned": v for k, v in training_quality(result).items()})
-    return report
-
-
-def sparsity_plots(result, out) -> list[str]:
-    """``log_alpha.png`` (histograms per layer) and, for square images, ``first_layer.png`` (kept weights)."""
-    la = log_alphas(factors_from_params(result.params))
-    if not la:
-        return []
-    plot_log_alpha(la, result.info["options"]["threshold"], out / "log_alpha.png")
-    files = ["log_alpha.png"]
-    first = result.posterior_mean(next(iter(la))).float()  # zero where pruned (zero in every draw)
-    first = first.reshape(first.shape[0], -1)  # a unit's incoming weights, or a channel's kernel, as an image
-    if image_side(first.shape[-1]) is not None:
-        plot_first_layer(first, out / "first_layer.png")
-        files.append("first_layer.png")
-    return files
-
-
 #: The networks' SVI path with local reparameterisation; 100 draws of the (pruned) posterior by default.
 _SVD_PATH = {"svi-meanfield": {**BBB_SETTINGS["svi-meanfield"], "local_reparam": True, "samples": 100}}
 _COMMON = {
@@ -229,7 +190,7 @@ def _spec(classifier: bool) -> dict:
             "traits": frozenset({"continuous", "network", "improper-prior"}),
             "guides": {"sparse-vd": SparseVDGuide}, "default_guides": {m: "sparse-vd" for m in _SVD_PATH},
             "method_defaults": _SVD_PATH, "init_loc_fn": init_weights, "method_kwargs": {},
-            "posterior": pruned_posterior, "report": sparsity_report, "plots": sparsity_plots}
+            **pruning_spec("threshold")}
 
 
 register(ModelSpec(

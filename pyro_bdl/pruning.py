@@ -9,6 +9,7 @@ into :math:`\log\alpha`, :func:`prune` zeroes the pruned entries of posterior dr
 draws the posterior before pruning,
 :func:`sparsity_report` counts what is kept, and :func:`plot_log_alpha` / :func:`plot_first_layer` draw the
 histogram of :math:`\log\alpha` per layer and the kept weights of the first layer as images.
+:func:`pruning_spec` gives a model these as its spec's ``posterior``, ``report`` and ``plots``.
 
 Example
 -------
@@ -35,7 +36,7 @@ from pyro import poutine
 from .inference.local_reparam import _normal
 from .log_uniform import log_alpha
 
-__all__ = ["PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
+__all__ = ["pruning_spec", "PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
            "dense_result", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]
 
 
@@ -184,3 +185,42 @@ def plot_first_layer(weight: torch.Tensor, path: Path, units: int = 32) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def pruning_spec(option: str = "threshold") -> dict:
+    """The :class:`~pyro_bdl.registry.ModelSpec` fields of a model pruned by its posterior noise, the threshold
+    being its option ``option``: ``posterior`` (the draws with log alpha > threshold zeroed, the guide's Normal
+    factors kept with the fit's parameters; a point estimate, e.g. MLE's, has none and prunes nothing),
+    ``report`` (metrics.json: kept fraction per site, compression, the fit on the training data before and
+    after pruning, wall time per epoch) and ``plots`` (``log_alpha.png``; ``first_layer.png`` when the first
+    site's rows are square images)."""
+
+    def posterior(samples, guide, data, options):
+        factors = normal_factors(guide, data, samples) if guide is not None else {}
+        return prune(samples, log_alphas(factors), options[option]), factor_params(factors)
+
+    def report(result) -> dict:
+        settings, rows = result.info["settings"], result.info.get("rows") or len(next(iter(result.data.values())))
+        epochs = settings.get("steps", 0) * (settings.get("batch_size") or rows) / rows
+        out = {"seconds_per_epoch": result.info["wall_seconds"] / epochs if epochs else None}  # the whole fit's time
+        la = log_alphas(factors_from_params(result.params))
+        if la:
+            threshold = result.info["options"][option]
+            out.update(threshold=threshold, **kept_summary(la, threshold))
+            out.update({f"train_{k}_dense": v for k, v in training_quality(dense_result(result)).items()})
+            out.update({f"train_{k}_pruned": v for k, v in training_quality(result).items()})
+        return out
+
+    def plots(result, out_dir) -> list[str]:
+        la = log_alphas(factors_from_params(result.params))
+        if not la:
+            return []
+        plot_log_alpha(la, result.info["options"][option], Path(out_dir) / "log_alpha.png")
+        first = result.posterior_mean(next(iter(la))).float()  # zero where pruned (zero in every draw)
+        first = first.reshape(first.shape[0], -1)  # a unit's incoming weights, or a channel's kernel, as an image
+        if image_side(first.shape[-1]) is None:
+            return ["log_alpha.png"]
+        plot_first_layer(first, Path(out_dir) / "first_layer.png")
+        return ["log_alpha.png", "first_layer.png"]
+
+    return {"posterior": posterior, "report": report, "plots": plots}
