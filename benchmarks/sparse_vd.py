@@ -80,6 +80,21 @@ def fit_one(name: str, model: str, inference: str, train, test, args, options=No
     return row
 
 
+def epoch_seconds(model: str, train, args, epochs: int) -> float:
+    """Wall seconds of one epoch of ``model``'s svi-meanfield fit (local reparameterisation), without the fixed
+    costs (compilation, draws): the difference between fits of ``2 * epochs`` and ``epochs``, over ``epochs``."""
+    steps = epochs * math.ceil(len(train) / args.batch_size)
+    seconds = []
+    for n in (steps, 2 * steps):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = pyro_bdl.fit(model, train, inference="svi-meanfield", options={"hidden": args.hidden},
+                               progress=False, steps=n, lr=args.lr, batch_size=args.batch_size, samples=2,
+                               local_reparam=True)
+        seconds.append(fit.info["wall_seconds"])
+    return (seconds[1] - seconds[0]) / epochs
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="../shared/data/mnist-t10k", help="folder with the MNIST IDX files")
@@ -95,6 +110,9 @@ def main(argv=None) -> None:
                         help="dense references to fit (none: sparse VD only)")
     parser.add_argument("--lenet5", metavar="CHANNELS:KERNEL:HIDDEN",
                         help="fit sparse-vd-lenet5 instead, e.g. 20,50:5:500 (LeNet-5-Caffe); no dense conv net here")
+    parser.add_argument("--timing-rounds", type=int, default=3,
+                        help="rounds of the per-epoch timing of sparse VD against dense BBB, fitted in turn (0: none)")
+    parser.add_argument("--timing-epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
@@ -127,6 +145,17 @@ def main(argv=None) -> None:
               f"{sparse['error'] - row['error']:+.2f}")
     print(f"paper (60k training images): dense {PAPER['dense'][0]}%, sparse VD {PAPER['sparse-vd'][0]}% at "
           f"{PAPER['sparse-vd'][1]:.0f}x ({PAPER['sparsity_per_layer']} sparsity per layer)")
+    # the seconds per epoch above come from fits run one after another on a shared machine; this times both
+    # nets in turn, several rounds, fixed costs removed, and keeps the median ratio
+    ratios = []
+    for _ in range(args.timing_rounds):
+        sparse_s = epoch_seconds("sparse-vd", train, args, args.timing_epochs)
+        dense_s = epoch_seconds("bnn-classifier", train, args, args.timing_epochs)
+        ratios.append(sparse_s / dense_s)
+        print(f"timing round: sparse-vd {sparse_s:.2f} s/epoch, dense BBB {dense_s:.2f} s/epoch")
+    if ratios:
+        print(f"ratio sparse-vd/dense BBB [seconds per epoch, median of {len(ratios)} rounds in turn] = "
+              f"{float(np.median(ratios)):.2f}")
 
 
 if __name__ == "__main__":
