@@ -6,6 +6,12 @@ inputs), ``log_likelihood`` (pointwise, for LOO/WAIC), ``observed_data``, ``cons
 ``step_size``, ``n_steps``, ``tree_depth``, ``lp``), importance ``log_weight``, or the SVI loss
 trace as ``loss`` over a ``step`` dimension.  ``posterior.attrs`` record the model, method,
 seed, options and whether the posterior is a point estimate.
+
+A site whose draws are zero at the same entries in every draw, for at least half of its entries (a pruned
+network's weights: sparse variational dropout), is stored as its other entries only, over a dimension
+``{site}_kept`` whose coordinate is each entry's flat index in the site's shape (``attrs["dense_shape"]``);
+:func:`samples_from_inference_data` puts the zeros back.  Nothing is lost, and ArviZ summarises the kept
+weights, not hundreds of thousands of zeros.
 """
 
 from __future__ import annotations
@@ -27,10 +33,27 @@ def _jsonable(value):
         return repr(value)
 
 
+def _stored(samples: dict) -> tuple[dict, dict, dict, dict]:
+    """The posterior arrays ArviZ gets, their dims and coords, and the dense shape of each site stored sparse."""
+    posterior, dims, coords, shapes = {}, {}, {}, {}
+    for name, value in samples.items():
+        array = value.detach().double().numpy()
+        if array.ndim > 2 and array[0, 0].size > 1:
+            flat = array.reshape(array.shape[:2] + (-1,))
+            kept = np.flatnonzero((flat != 0).any(axis=(0, 1)))
+            if 2 * kept.size <= flat.shape[-1]:  # zero at the same entries in every draw, at least half of them
+                dim = f"{name}_kept"
+                posterior[name], dims[name], coords[dim] = flat[:, :, kept], [dim], kept
+                shapes[name] = list(array.shape[2:])
+                continue
+        posterior[name] = array
+    return posterior, dims, coords, shapes
+
+
 def to_inference_data(result) -> az.InferenceData:
     """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`."""
     pred = result.training_predictive
-    posterior = {k: v.detach().double().numpy() for k, v in result.samples.items()}
+    posterior, dims, coords, sparse = _stored(result.samples)
     observed = [np.asarray(v) for v in pred.observed.values()]
     constant = {  # the model's other tensor arguments (features): not the observed values again
         k: v.numpy()
@@ -56,6 +79,8 @@ def to_inference_data(result) -> az.InferenceData:
     }
     idata = az.from_dict(
         posterior=posterior,
+        dims=dims or None,
+        coords=coords or None,
         posterior_predictive={s: v[:, :, 0] for s, v in pred.draws.items()},
         log_likelihood=pred.log_likelihood or None,
         observed_data=pred.observed or None,
@@ -69,11 +94,24 @@ def to_inference_data(result) -> az.InferenceData:
         idata.add_groups(sample_stats=loss)
     for group in idata.groups():
         idata[group].attrs.update(attrs)
+    for name, shape in sparse.items():
+        idata.posterior[name].attrs["dense_shape"] = shape
     return idata
 
 
 def samples_from_inference_data(idata: az.InferenceData) -> dict:
-    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32)."""
+    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32), sites stored sparse
+    made whole again."""
     import torch
 
-    return {name: torch.tensor(idata.posterior[name].values, dtype=torch.float32) for name in idata.posterior.data_vars}
+    samples = {}
+    for name, da in idata.posterior.data_vars.items():
+        value = torch.tensor(da.values, dtype=torch.float32)
+        if "dense_shape" in da.attrs:
+            shape = [int(v) for v in np.atleast_1d(da.attrs["dense_shape"])]
+            index = torch.tensor(np.array(da[f"{name}_kept"].values, dtype=np.int64))
+            whole = value.new_zeros(tuple(value.shape[:2]) + (int(np.prod(shape)),))
+            whole[:, :, index] = value
+            value = whole.reshape(tuple(value.shape[:2]) + tuple(shape))
+        samples[name] = value
+    return samples

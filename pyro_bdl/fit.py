@@ -176,12 +176,15 @@ def fit(
         info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.features else [],
                     target=dataset.target_name, rows=len(dataset))
     local = set(spec.local_latents) if spec is not None else set()
+    kept, kept_params = {k: v for k, v in draws.samples.items() if k not in local}, {}
+    if spec is not None and spec.posterior is not None:  # what the model makes of the draws (e.g. pruning)
+        kept, kept_params = spec.posterior(kept, draws.guide, kwargs, prepared.options)
     result = FitResult(
         model=prepared.answer_model(obs), data=prepared.data if prepared.data is not None else kwargs,
         method=inference, likelihood_sites=obs,
-        samples=with_deterministic(bound, kwargs, {k: v for k, v in draws.samples.items() if k not in local}),
+        samples=with_deterministic(bound, kwargs, kept),
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
-        standardizer=prepared.standardizer, params={**model_params(bound, kwargs), **draws.params},
+        standardizer=prepared.standardizer, params={**model_params(bound, kwargs), **draws.params, **kept_params},
     )
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from pyro.poutine.runtime import effectful
 
 __all__ = ["ACTIVATIONS", "PRIORS", "SCALE_MIXTURE", "CenteredNormal", "ScaleMixtureNormal", "sample_layers", "dense",
-           "forward", "per_example", "hidden_widths"]
+           "conv2d", "forward", "per_example", "hidden_widths"]
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid}
 
@@ -159,6 +159,15 @@ def dense(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if W.dim() == 2:  # one network: the fused h W^T + b
         return F.linear(h, W, b)
     return h @ W.transpose(-1, -2) + b.unsqueeze(-2)
+
+
+@effectful(type="conv2d")
+def conv2d(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One convolutional layer's pre-activation, zero-padded to keep the image size: ``h`` (n, c_in, H, W),
+    ``W`` (c_out, c_in, k, k) with k odd, ``b`` (c_out,) -> (n, c_out, H, W).  Effectful like :func:`dense`
+    (``conv2d(h, W, b, name="conv0")``): the local reparameterisation trick answers it too.
+    """
+    return F.conv2d(h, W, b, padding=W.shape[-1] // 2)
 
 
 def forward(h: torch.Tensor, layers: list, activation: str = "relu") -> torch.Tensor:

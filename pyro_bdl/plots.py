@@ -39,7 +39,7 @@ def _first_elements(idata, per_dim: int = 2) -> dict:
     coords = {}
     for da in idata.posterior.data_vars.values():
         for dim in da.dims[2:]:
-            coords[dim] = list(range(min(per_dim, da.sizes[dim])))
+            coords[dim] = list(da[dim].values[:per_dim])  # the first coordinates (a pruned site's: flat indices)
     return coords
 
 
@@ -117,7 +117,8 @@ def plot_predictive_band(result, test, path: Path) -> None:
 
 def write_plots(result, idata, out: Path, test=None) -> list[str]:
     """Write ``loss.png`` (optimisers) or ``trace.png`` (samplers) and ``posterior.png``; with held-out
-    data also ``predictive.png`` (1-D regression) or ``reliability.png`` (classification)."""
+    data also ``predictive.png`` (1-D regression) or ``reliability.png`` (classification); and the model's
+    own figures (its spec's ``plots``)."""
     written = []
     spec = result.spec
     features = spec.features if spec is not None else None
@@ -142,4 +143,6 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
         written.append("trace.png")
     plot_posterior(idata, out / "posterior.png", point_estimate=result.point_estimate)
     written.append("posterior.png")
+    if spec is not None and spec.plots is not None:  # the model's own figures
+        written += spec.plots(result, out)
     return written

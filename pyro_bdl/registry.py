@@ -61,6 +61,9 @@ class Option:
     #: how a fit's files record the value, for a value that sets the model's learned parameters (saved in
     #: params.pt, e.g. a feature map's weights): ``value -> JSON-safe`` that the model takes back; None: as is
     on_disk: Callable[[Any], Any] | None = None
+    #: passed to the model program (False: an option of what the fit makes of its draws, e.g. a pruning
+    #: threshold read by the spec's ``posterior`` hook, not an argument of the density)
+    model_arg: bool = True
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,12 @@ class ModelSpec:
     check_data : raises :class:`pyro_bdl.data.DataError` for data the model cannot take.
     exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
     report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
+    posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps,
+        made from the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers),
+        the data the model saw and the resolved options (e.g. sparse VD's pruned weights), and tensors to keep
+        with the fit's learned parameters (``params.pt``; e.g. the guide's factors they were made from);
+        None keeps the draws.
+    plots : ``(result, out_dir) -> [file names]``: the model's own figures, written with the fit's.
     guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
         ``fit(..., guide=NAME)`` next to the generic ones.
     default_guides : inference method -> guide name, overriding the method's default.
@@ -116,6 +125,8 @@ class ModelSpec:
     check_data: Callable | None = None
     exact_posterior: Callable | None = None
     report: Callable | None = None
+    posterior: Callable | None = None
+    plots: Callable | None = None
     guides: Mapping[str, Callable] = field(default_factory=dict)
     default_guides: Mapping[str, str] = field(default_factory=dict)
     method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -160,8 +171,13 @@ class ModelSpec:
         resolved = self.resolve_options(options)
         if self.infer_options is not None:
             resolved.update({k: v for k, v in self.infer_options(dataset).items() if resolved.get(k) is None})
-        return [s for s in latent_sites(functools.partial(self.model, **resolved), self.data_kwargs(dataset))
+        return [s for s in latent_sites(functools.partial(self.model, **self.model_args(resolved)),
+                                        self.data_kwargs(dataset))
                 if s not in self.local_latents]
+
+    def model_args(self, resolved: Mapping[str, Any]) -> dict:
+        """The resolved options the model program takes (those not marked ``model_arg=False``)."""
+        return {k: v for k, v in resolved.items() if k not in self.options or self.options[k].model_arg}
 
     def resolve_options(self, options: Mapping[str, Any] | None = None) -> dict:
         """Fill in defaults, parse strings, and reject options the model does not have."""
@@ -197,7 +213,7 @@ class ModelSpec:
 
     def bind(self, options: Mapping[str, Any] | None = None) -> Callable:
         """The model with its options fixed: ``bound(X, y=None)``."""
-        bound = functools.partial(self.model, **self.resolve_options(options))
+        bound = functools.partial(self.model, **self.model_args(self.resolve_options(options)))
         functools.update_wrapper(bound, self.model)
         return bound
 
@@ -259,6 +275,10 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
         raise ValueError(f"inference '{inference}' takes no guide")
     if spec is not None and not method.suits(spec.traits):
         missing = ", ".join(sorted(method.requires - spec.traits))
+        if not missing:
+            raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it refuses a model "
+                             f"that is {', '.join(sorted(method.refuses & spec.traits))}); it supports: "
+                             f"{', '.join(spec.methods)}")
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it needs a model that is "
                          f"{missing}); it supports: {', '.join(spec.methods)}")
     given = {k: v for k, v in (settings or {}).items() if v is not None}

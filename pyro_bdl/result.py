@@ -40,8 +40,9 @@ class FitResult:
         the InferenceData are in the data's units, while the latent draws (weights, a noise sd) are in the
         standardised units the network works in (:attr:`standardized_data` is what it saw).
     params : the model's learned parameters (``pyro.param`` / ``pyro.module`` sites of the model, not
-        of the guide), name -> constrained value, and what the method's predictive needs besides the draws
-        (``Draws.params``); saved as ``params.pt`` and restored by ``load_fit``.
+        of the guide), name -> constrained value, what the method's predictive needs besides the draws
+        (``Draws.params``) and what its spec's ``posterior`` keeps (e.g. sparse VD's posterior factors); saved as
+        ``params.pt`` and restored by ``load_fit``.
     report : what the zoo model reports of the fit (its spec's ``report``), also in ``info``.
     """
 

@@ -217,3 +217,55 @@ def test_uci_script_runs_the_default_fits_and_reports_them(tmp_path):
 def test_gradient_variance_script_prints_the_ratio(tmp_path):
     out = run_script("scripts/gradient_variance.py", "--score", "50", "--reparam", "20", cwd=tmp_path)
     assert "variance ratio score / reparam" in out
+
+
+def _write_idx(path, array) -> None:
+    """``array`` (uint8) as a gzipped IDX file, as MNIST ships them."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def test_sparse_vd_benchmark_prints_a_line_per_net_and_the_ratios(tmp_path):
+    """benchmarks/sparse_vd.py on 200 made-up 28x28 images (10 classes, a class-dependent blob so that there
+    is something to learn), one epoch: a line per net, the ratio lines, the paper's reference."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(200) % 10
+    images = rng.integers(0, 60, size=(200, 28, 28))
+    for i, label in enumerate(labels):
+        images[i, 2 * label:2 * label + 8, 4:20] = 255
+    (tmp_path / "mnist").mkdir()
+    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", images)
+    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", labels)
+    out = run_script("benchmarks/sparse_vd.py", "--data", str(tmp_path / "mnist"), "--epochs", "2", "--hidden", "20,10",
+                     "--batch-size", "50", "--samples", "5", "--timing-rounds", "1", "--timing-epochs", "1", cwd=tmp_path)
+    assert "160 train / 40 test" in out, out
+    lines = [line for line in out.splitlines() if "s/epoch" in line and not line.startswith("timing")]
+    assert [line.split()[0] for line in lines] == ["sparse-vd", "dense", "dense"], out
+    assert "before pruning" in lines[0] and "compression" in lines[0] and "s/epoch" in lines[0]
+    for name in ("dense BBB", "dense point net"):
+        assert f"ratio sparse-vd/{name} [seconds per epoch] = " in out, out
+        assert f"difference sparse-vd - {name} [test error, points] = " in out, out
+    assert "paper (60k training images): dense 1.64%, sparse VD 1.92% at 68x" in out
+    assert "ratio sparse-vd/dense BBB [seconds per epoch, median of 1 rounds in turn] = " in out, out
+
+
+def test_sparse_vd_benchmark_fits_the_convolutional_net(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "mnist").mkdir()
+    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", rng.integers(0, 255, size=(100, 28, 28)))
+    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", np.arange(100) % 10)
+    out = run_script("benchmarks/sparse_vd.py", "--data", str(tmp_path / "mnist"), "--epochs", "1", "--lenet5", "4,8:3:10",
+                     "--batch-size", "50", "--samples", "3", cwd=tmp_path)
+    line = next(line for line in out.splitlines() if "s/epoch" in line)
+    assert line.startswith("sparse-vd-lenet5 4,8:3:10") and "compression" in line, out
+    assert "LeNet-5 dense 0.80%, sparse VD 0.75% at 280x" in out

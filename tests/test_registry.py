@@ -16,11 +16,16 @@ from pyro_bdl.registry import list_models, resolve
 def test_supported_pairs_follow_from_traits_and_requirements():
     for spec in list_models():
         for name, method in METHODS.items():
-            assert (name in spec.methods) == (method.requires <= spec.traits), (spec.name, name)
+            suits = method.requires <= spec.traits and not method.refuses & spec.traits
+            assert (name in spec.methods) == suits, (spec.name, name)
     assert "mc-dropout" in pyro_bdl.get_model("bnn-regressor").methods
     assert "mc-dropout" not in pyro_bdl.get_model("blr").methods
     with pytest.raises(ValueError, match="does not support inference 'metropolis' .*low-dimensional"):
         resolve(pyro_bdl.get_model("bnn-regressor"), "metropolis")
+    # an improper prior (sparse VD's log-uniform) rules out the samplers and mode finders, not the variational fits
+    assert set(pyro_bdl.get_model("sparse-vd").methods) == {"svi-meanfield", "mle"}
+    with pytest.raises(ValueError, match="does not support inference 'nuts' .*refuses a model that is improper-prior"):
+        resolve(pyro_bdl.get_model("sparse-vd"), "nuts")
 
 
 def test_every_method_is_registered_by_the_module_that_runs_it():

@@ -42,6 +42,11 @@ class Method:
     requires : the traits a model must declare for the method to suit it (``continuous``: every latent
         site continuous; ``low-dimensional``: few enough parameters for random-walk, score-function or
         importance-sampling methods; ``network``: weights in :func:`pyro_bdl.layers.dense` layers).
+    refuses : the traits that rule the method out.  By default ``improper-prior`` (a prior without a
+        normalising constant, e.g. sparse VD's log-uniform: the posterior may not exist, nor a mode, nor
+        prior draws; and at a draw its log density, -log|w|, has a gradient 1/w of infinite variance under a
+        Normal q), which only ``svi-meanfield`` (the KL in closed form or approximated) and ``mle`` (no
+        prior) accept.
     takes_guide : accepts a guide (SVI methods).
     takes_init : starts from a point the model may choose (its ``init_loc_fn``).
     point_estimate : returns one point (one draw), not a posterior sample.
@@ -59,6 +64,7 @@ class Method:
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
     requires: frozenset = frozenset({"continuous"})
+    refuses: frozenset = frozenset({"improper-prior"})
     takes_guide: bool = False
     takes_init: bool = False
     point_estimate: bool = False
@@ -74,7 +80,7 @@ class Method:
 
     def suits(self, traits) -> bool:
         """Whether a model with these traits can be fitted with this method."""
-        return self.requires <= frozenset(traits)
+        return self.requires <= frozenset(traits) and not self.refuses & frozenset(traits)
 
     def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
         """Defaults filled in; unknown settings rejected with the list of known ones."""

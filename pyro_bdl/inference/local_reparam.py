@@ -1,4 +1,4 @@
-r"""The local reparameterisation trick (Kingma, Salimans & Welling 2015) for ``dense`` layers.
+r"""The local reparameterisation trick (Kingma, Salimans & Welling 2015) for ``dense`` and ``conv2d`` layers.
 
 For a layer :math:`a = h W^\top + b` under a mean-field Gaussian guide
 :math:`W_{ij} \sim \mathcal N(\mu_{ij}, \sigma_{ij}^2)`, :math:`b_j \sim \mathcal N(\mu^b_j, (\sigma^b_j)^2)`,
@@ -36,11 +36,15 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 import pyro.distributions as dist
 from pyro.poutine.messenger import Messenger
 
 __all__ = ["LocalReparam"]
+
+#: The smallest pre-activation variance drawn with (an sd of 1e-8: nothing, next to any weight's noise).
+VAR_FLOOR = 1e-16
 
 
 def _normal(fn):
@@ -68,6 +72,16 @@ class _Answer(Messenger):
         self.owner = owner
 
     def _pyro_dense(self, msg) -> None:
+        # one draw per example (and per particle: W's batch dims lead)
+        self._answer(msg, lambda h, w: h @ w.transpose(-1, -2), lambda b: b.unsqueeze(-2), msg["args"][1].shape[:-2])
+
+    def _pyro_conv2d(self, msg) -> None:
+        """A convolution is linear in its weights too: mean conv(h, mu), variance conv(h^2, sigma^2), one draw per
+        example, channel and pixel (one network's weights: no batch dims)."""
+        pad = msg["args"][1].shape[-1] // 2
+        self._answer(msg, lambda h, w: F.conv2d(h, w, padding=pad), lambda b: b[:, None, None], ())
+
+    def _answer(self, msg, linear, bias, weight_batch) -> None:
         if msg["done"]:
             return
         h, W, b = msg["args"]
@@ -75,16 +89,17 @@ class _Answer(Messenger):
         if id(W) not in q or q[id(W)][0] is not W:
             return
         _, mu, sigma = q[id(W)]
-        mean = h @ mu.transpose(-1, -2)
-        var = (h * h) @ (sigma * sigma).transpose(-1, -2)
+        mean = linear(h, mu)
+        var = linear(h * h, sigma * sigma)
         if id(b) in q and q[id(b)][0] is b:  # a Normal bias adds its mean and variance
             _, mu_b, sigma_b = q[id(b)]
-            mean, var = mean + mu_b.unsqueeze(-2), var + (sigma_b * sigma_b).unsqueeze(-2)
+            mean, var = mean + bias(mu_b), var + bias(sigma_b * sigma_b)
         else:
-            mean = mean + b.unsqueeze(-2)
-        # one draw per example (and per particle: W's batch dims lead)
-        shape = torch.broadcast_shapes(mean.shape, W.shape[:-2] + (1, 1))
-        msg["value"] = mean + var.sqrt() * torch.randn(shape, dtype=mean.dtype, device=mean.device)
+            mean = mean + bias(b)
+        shape = torch.broadcast_shapes(mean.shape, tuple(weight_batch) + (1, 1))
+        # the floor: an example whose inputs to the layer are all zero (dead ReLUs) has variance 0 when the bias is
+        # a point (sparse VD's), and sqrt's gradient at 0 is infinite (NaN fits)
+        msg["value"] = mean + var.clamp_min(VAR_FLOOR).sqrt() * torch.randn(shape, dtype=mean.dtype, device=mean.device)
         msg["done"] = True
 
 

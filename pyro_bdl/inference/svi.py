@@ -322,7 +322,7 @@ def _register() -> None:
         Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
                run_svi, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
-               run_svi_meanfield, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
+               run_svi_meanfield, common, refuses=frozenset(), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
                run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
@@ -330,7 +330,7 @@ def _register() -> None:
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
                run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               run_mle, point, takes_init=True, point_estimate=True, quick={"steps": 100}),
+               run_mle, point, refuses=frozenset(), takes_init=True, point_estimate=True, quick={"steps": 100}),
     ):
         register_method(method)
 
