@@ -63,7 +63,8 @@ def _prepare(model, data, target, options) -> _Prepared:
         if spec.check_data is not None:
             spec.check_data(dataset)
         regression = spec.task == "regression"
-        check_training_data(dataset, regression=regression)  # warns about constant columns
+        # warns about constant columns (inputs of a supervised model; an unsupervised one models its columns)
+        check_training_data(dataset, regression=regression, features=spec.target is not None)
         resolved = spec.resolve_options(options)
         if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
             resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})
@@ -181,7 +182,7 @@ def fit(
         method=inference, likelihood_sites=obs,
         samples=with_deterministic(bound, kwargs, {k: v for k, v in draws.samples.items() if k not in local}),
         sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
-        standardizer=prepared.standardizer, params=model_params(bound, kwargs),
+        standardizer=prepared.standardizer, params={**model_params(bound, kwargs), **draws.params},
     )
     _diagnose(result, method.family)
     if spec is not None and spec.report is not None:

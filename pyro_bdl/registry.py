@@ -73,7 +73,9 @@ class ModelSpec:
     default_data : name of the embedded data set used when none is given.
     traits : what the model is, matched against each method's ``requires``
         (:class:`pyro_bdl.inference.Method`): ``continuous`` (every latent continuous),
-        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`).
+        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`),
+        ``amortised`` (every latent local to a row, inferred by the model's own encoder guide; the global
+        unknowns are network parameters, learned).
     features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
     target : the argument that takes the target column, (n,); None: an unsupervised model.
     size : the argument that takes the number of rows, for a model without ``features`` (the coin).
@@ -98,6 +100,10 @@ class ModelSpec:
         (e.g. which sites MC dropout drops).
     notes : what a user should know in practice (which settings a known behaviour needs), printed
         by ``pyro-bdl describe`` after the math.
+    predict : ``(result, model_kwargs) -> DataFrame``, the model's own answer per row (an amortised model
+        answers from its networks: log p(x), latent means), instead of the posterior predictive summary.
+    evaluate : ``(result, test dataset) -> dict``, the model's own held-out metrics (``test_...``).
+    plots : ``(result, out_dir, test) -> [file names]``, the model's own figures, written by the fit.
     """
 
     name: str
@@ -122,6 +128,9 @@ class ModelSpec:
     init_loc_fn: Callable | None = None
     method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     notes: str = ""
+    predict: Callable | None = None
+    evaluate: Callable | None = None
+    plots: Callable | None = None
 
     @property
     def methods(self) -> tuple[str, ...]:

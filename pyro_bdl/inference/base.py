@@ -59,6 +59,8 @@ class Draws:
     losses : SVI loss trace, shape (steps,), or None.
     guide : the fitted guide, for SVI-type methods.
     info : scalars for metrics.json (e.g. acceptance rate, ESS of importance weights).
+    params : learned parameters besides the model's own (an amortised guide's encoder), name -> value;
+        saved with the model's in ``params.pt``.
     """
 
     samples: dict[str, torch.Tensor]
@@ -66,6 +68,7 @@ class Draws:
     losses: np.ndarray | None = None
     guide: Any = None
     info: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
 
 
 def _trace(model, data: dict):
