@@ -33,7 +33,7 @@ from pyro import poutine
 from .marginal import Estimate, estimate
 
 __all__ = ["IS_SAMPLES", "REPORT_ROWS", "guide_of", "estimate_rows", "report", "evaluate", "predict", "latents",
-           "reconstruct", "simulate", "plots"]
+           "reconstruct", "simulate", "plots", "image_grid", "square_side"]
 
 #: K, the draws from q per row for the importance-sampled log p(x) (the ``is_samples`` setting's default).
 IS_SAMPLES = 1000
@@ -129,14 +129,16 @@ def simulate(result, num: int, seed: int = 0) -> dict:
     return {"x": site["value"], "mean": site["fn"].mean}
 
 
-def _square(D: int) -> int | None:
+def square_side(D: int) -> int | None:
+    """The side of a square image of ``D`` pixels, or None."""
     side = math.isqrt(D)
     return side if side * side == D else None
 
 
-def _grid(ax, images: np.ndarray, side: int, cols: int) -> None:
+def image_grid(ax, images: np.ndarray, side: int, cols: int) -> None:
+    """Draw ``images`` (n, side * side) on ``ax`` in a grid of ``cols`` columns, one pixel of space between."""
     rows = math.ceil(len(images) / cols)
-    canvas = np.ones((rows * (side + 1), cols * (side + 1)))
+    canvas = np.zeros((rows * (side + 1), cols * (side + 1)))  # white between images
     for k, img in enumerate(images):
         r, c = divmod(k, cols)
         canvas[r * (side + 1):r * (side + 1) + side, c * (side + 1):c * (side + 1) + side] = img.reshape(side, side)
@@ -156,17 +158,17 @@ def plots(result, out: Path, test=None) -> list[str]:
     X = rows.X if hasattr(rows, "X") else rows
     labels = getattr(rows, "y", None)
     written = []
-    side = _square(X.shape[1])
+    side = square_side(X.shape[1])
     if side is not None:
         show = X[:16]
         fig, axes = plt.subplots(2, 1, figsize=(8, 2.4))
-        _grid(axes[0], show.numpy(), side, 16)
-        _grid(axes[1], reconstruct(result, show).numpy(), side, 16)
+        image_grid(axes[0], show.numpy(), side, 16)
+        image_grid(axes[1], reconstruct(result, show).numpy(), side, 16)
         axes[0].set_title("inputs (top) and reconstructions: likelihood mean at the mean of q(z | x)", fontsize=9)
         fig.savefig(out / "reconstructions.png", dpi=100)
         plt.close(fig)
         fig, ax = plt.subplots(figsize=(6, 6))
-        _grid(ax, simulate(result, 64)["mean"].numpy(), side, 8)
+        image_grid(ax, simulate(result, 64)["mean"].numpy(), side, 8)
         ax.set_title("new images from the prior (likelihood mean)", fontsize=9)
         fig.savefig(out / "samples.png", dpi=100)
         plt.close(fig)

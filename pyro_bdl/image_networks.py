@@ -133,4 +133,6 @@ def registered(name: str, build, *key) -> nn.Module:
     store = pyro.get_param_store()
     if net is None or any(param_with_module_name(name, p) not in store for p, _ in net.named_parameters()):
         net = _NETWORKS[(name, key)] = build(*key)
+    for p in net.parameters():  # values a param store scope put in (FitResult.own_params) come without the flag,
+        p.requires_grad_(True)  # and pyro.module skips such parameters (it would not load the store's values)
     return pyro.module(name, net, update_module_params=True)

@@ -110,7 +110,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     order = torch.randperm(n)
     held = int(round(float(validation) * n)) if n > 1 else 0
     valid_index, train_index = order[:held].sort().values, order[held:].sort().values
-    train = _rows(data, train_index, n)
+    train = _rows(data, train_index, n) if held else data
     rows = len(train_index)
     batch = None if batch_size is None or int(batch_size) >= rows else int(batch_size)
     steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
