@@ -41,7 +41,6 @@ from typing import NamedTuple
 import pyro
 import torch
 from pyro import poutine
-from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 
 from .checkpoint import kept_rng
@@ -140,15 +139,20 @@ class _nothing:
         return False
 
 
-class IWAE_ELBO(ELBO):
+class IWAE_ELBO:
     """The importance-weighted bound (Burda et al. 2016) for a model whose latents are local to its rows:
     loss = -(n / B) sum_i log (1/K) sum_k w_ik over a minibatch of B rows, K = ``num_particles`` in one vectorised
-    pass.  Pyro's ``RenyiELBO(alpha=0)`` puts the minibatch factor n / B inside the exponent (it takes the log
-    of (1/K) sum_k w_ik^(n/B)): a different, looser objective when the model subsamples its rows."""
+    pass; a loss callable ``loss(model, guide, **data)`` as :class:`pyro.infer.SVI` takes one.  Pyro's
+    ``RenyiELBO(alpha=0)`` uses the scaled log densities inside the log-mean-exp (log (1/K) sum_k w_ik^(n/B)):
+    the same bound on the whole data, a different objective when the model subsamples its rows
+    (``tests/test_vae.py`` shows both)."""
 
     def __init__(self, num_particles: int = 5):
-        super().__init__(num_particles=num_particles, vectorize_particles=True)
+        self.num_particles = int(num_particles)
         self._dim = None
+
+    def __call__(self, model, guide, *args, **kwargs):
+        return self.differentiable_loss(model, guide, *args, **kwargs)
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
         if self._dim is None:
@@ -159,8 +163,3 @@ class IWAE_ELBO(ELBO):
     def loss(self, model, guide, *args, **kwargs) -> float:
         with torch.no_grad():
             return float(self.differentiable_loss(model, guide, *args, **kwargs))
-
-    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        loss.backward()
-        return float(loss)
