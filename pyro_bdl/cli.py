@@ -49,7 +49,9 @@ def _cmd_describe(args) -> None:
     print("Options (--option KEY=VALUE):")
     for key, opt in spec.options.items():
         print(f"  {key} = {opt.default!r}: {opt.doc}" + (f" ({opt.domain.describe()})" if opt.domain else ""))
-    print(f"\nSample sites (default options): {', '.join(spec.sites())}")
+    print(f"\nSample sites (default options): {', '.join(spec.sites()) or '(none global)'}")
+    if spec.local_latents:
+        print(f"Local latents (one per row): {', '.join(spec.local_latents)}")
     if spec.guides:
         print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
               "(the generic normal, mvn and meanfield work too)")

@@ -97,9 +97,10 @@ def latents(result, data) -> dict:
 
 
 def predict(result, data, particles: int | None = None) -> pd.DataFrame:
-    """Per row: ``log_px`` (importance-sampled), its ``log_px_se``, the ``elbo``, and the mean and sd of each
-    latent coordinate under q (``z_mean_j``, ``z_sd_j``)."""
-    est = estimate_rows(result, data, particles)
+    """Per row: ``log_px`` (importance-sampled with ``particles`` draws, default :data:`IS_SAMPLES` whatever the
+    fit's setting, so that a fit and its reloaded copy answer alike), its ``log_px_se``, the ``elbo``, and the mean
+    and sd of each latent coordinate under q (``z_mean_j``, ``z_sd_j``)."""
+    est = estimate_rows(result, data, particles or IS_SAMPLES)
     table = pd.DataFrame({"log_px": est.log_px.numpy(), "log_px_se": est.log_px_se.numpy(), "elbo": est.elbo.numpy()})
     for name, (mean, sd) in latents(result, data).items():
         for label, value in (("mean", mean), ("sd", sd)):
@@ -182,9 +183,10 @@ def plots(result, out: Path, test=None) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 5))
     if mean.shape[1] == 1:
         mean = np.column_stack([mean[:, 0], np.zeros(len(mean))])
-    points = ax.scatter(mean[:, 0], mean[:, 1], s=4, c=None if labels is None else labels.numpy(), cmap="tab10")
-    if labels is not None:
-        fig.colorbar(points, ax=ax, label="label")
+    if labels is None:
+        ax.scatter(mean[:, 0], mean[:, 1], s=4)
+    else:
+        fig.colorbar(ax.scatter(mean[:, 0], mean[:, 1], s=4, c=labels.numpy(), cmap="tab10"), ax=ax, label="label")
     ax.set(xlabel=axis_names[0], ylabel=axis_names[1], title="latent means of q(z | x)")
     fig.tight_layout()
     fig.savefig(out / "latent.png", dpi=100)
