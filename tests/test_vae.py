@@ -274,3 +274,32 @@ def test_describe_and_list_show_the_vae(capsys):
     assert "IWAE" in out and "svi-amortised" in out and "Local latents (one per row): z" in out
     assert main(["list"]) == 0
     assert "digits-01" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: exactness only
+def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path):
+    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest."""
+    from pyro_bdl.inference import svi as svi_module
+
+    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2)
+    data = pyro_bdl.load("digits-01")
+    reference = pyro_bdl.fit("vae", data, **kw)
+    real, count = svi_module.SVI.step, {"n": 0}
+
+    def step_then_stop(self, *args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 30:  # in the third epoch (13 steps each), after two validations
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    ck = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        m.setattr(svi_module.SVI, "step", step_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            pyro_bdl.fit("vae", data, checkpoint=ck, **kw)
+    resumed = pyro_bdl.fit("vae", data, checkpoint=ck, **kw)
+    assert not ck.exists()
+    assert np.array_equal(reference.losses, resumed.losses)
+    assert reference.info["elbo_history"] == resumed.info["elbo_history"]
+    assert reference.info["best_epoch"] == resumed.info["best_epoch"]
+    assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
