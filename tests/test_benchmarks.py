@@ -217,3 +217,15 @@ def test_uci_script_runs_the_default_fits_and_reports_them(tmp_path):
 def test_gradient_variance_script_prints_the_ratio(tmp_path):
     out = run_script("scripts/gradient_variance.py", "--score", "50", "--reparam", "20", cwd=tmp_path)
     assert "variance ratio score / reparam" in out
+
+
+def test_vae_speed_quick_run_prints_the_ratio(tmp_path):
+    out = run_script("benchmarks/vae_speed.py", "--quick", "--repeats", "2", cwd=tmp_path)
+    assert "ratio zoo/hand = " in out and "zoo  epoch: median" in out and "hand epoch: median" in out
+
+
+def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
+    out = run_script("benchmarks/vae_mnist.py", "--quick", cwd=tmp_path)
+    assert "| elbo | 3 |" in out and "| iwae (K=5) | 3 |" in out
+    for kind in ("noise", "rotated", "inverted"):
+        assert f"| {kind} | " in out
