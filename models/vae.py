@@ -100,20 +100,21 @@ def vae(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood=
     if likelihood == "gaussian":
         sd = pyro.param("vae.pixel_sd", lambda: torch.full((data_dim,), 0.5),
                         constraint=constraints.greater_than(MIN_PIXEL_SD))
-    with pyro.plate("data", n, subsample_size=batch_size) as idx:
+    with pyro.plate("data", n, subsample_size=batch_size):
         with poutine.scale(scale=kl_scale):  # beta: the weight of the KL term
             # z_i ~ N(0, I_L)
             z = pyro.sample("z", dist.Normal(torch.zeros(latent_dim), 1.0).to_event(1))
-        # x_i | z_i ~ p(x | f_theta(z_i))
-        return pyro.sample("x", pixel_likelihood(decode(z), likelihood, sd), obs=None if x is None else x[idx])
+        # x_i | z_i ~ p(x | f_theta(z_i))   (pyro.subsample: the minibatch's rows of x)
+        obs = None if x is None else pyro.subsample(x, event_dim=1)
+        return pyro.sample("x", pixel_likelihood(decode(z), likelihood, sd), obs=obs)
 
 
 def encoder_guide(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood="bernoulli", arch="mlp",
                   kl_scale=1.0, batch_size=None):
     """q(z_i | x_i) = N(mu(x_i), diag sigma^2(x_i)): the encoder network, amortised over the rows."""
     encode = registered("vae.encoder", encoder, x.shape[1], latent_dim, hidden_widths(hidden), arch)
-    with pyro.plate("data", x.shape[0], subsample_size=batch_size) as idx:
-        loc, scale = encode(x[idx])
+    with pyro.plate("data", x.shape[0], subsample_size=batch_size):
+        loc, scale = encode(pyro.subsample(x, event_dim=1))
         with poutine.scale(scale=kl_scale):
             pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
