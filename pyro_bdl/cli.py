@@ -53,8 +53,8 @@ def _cmd_describe(args) -> None:
     if spec.local_latents:
         print(f"Local latents (one per row): {', '.join(spec.local_latents)}")
     if spec.guides:
-        print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
-              "(the generic normal, mvn and meanfield work too)")
+        generic = "" if "amortised" in spec.traits else " (the generic normal, mvn and meanfield work too)"
+        print(f"Model guides (--guide NAME): {', '.join(spec.guides)}{generic}")
     print(f"Default data: {spec.default_data}")
     print("\nInference methods and their default settings:")
     for name in spec.methods:
