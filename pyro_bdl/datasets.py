@@ -55,6 +55,7 @@ __all__ = [
     "DIGITS_OOD_KINDS",
     "digits_frame",
     "digits01_frame",
+    "digits01_semi_frame",
     "digits_split",
     "split_dataset",
     "digits_ood",
@@ -144,6 +145,19 @@ def digits01_frame() -> pd.DataFrame:
     frame = digits_frame()
     pixels = [c for c in frame.columns if c != "target"]
     frame[pixels] = frame[pixels] / 16.0
+    return frame
+
+
+def digits01_semi_frame(per_class: int = 10, seed: int = 0) -> pd.DataFrame:
+    """``digits-01`` with the labels of ``per_class`` rows of each class kept (chosen with ``seed``) and the
+    others replaced by -1 (unknown), for the semi-supervised VAE (the embedded ``digits-01-semi``)."""
+    frame = digits01_frame()
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([rng.permutation(np.flatnonzero(frame["target"].to_numpy() == c))[:per_class]
+                           for c in range(10)])
+    labels = np.full(len(frame), -1)
+    labels[keep] = frame["target"].to_numpy()[keep]
+    frame["target"] = labels
     return frame
 
 
@@ -403,6 +417,8 @@ EMBEDDED: dict[str, Embedded] = {
         "fixed stratified train/test split via pyro_bdl.datasets.digits_split",
     ),
     "digits-01": Embedded(digits01_frame, "target", "the digits with pixels scaled to [0, 1] (pixel / 16), for the VAE"),
+    "digits-01-semi": Embedded(digits01_semi_frame, "target",
+                               "digits-01 with 10 labels per class kept, the others -1 (unknown): for ss-vae"),
 }
 
 

@@ -33,7 +33,8 @@ from pyro import poutine
 from .marginal import Estimate, estimate
 
 __all__ = ["IS_SAMPLES", "REPORT_ROWS", "guide_of", "estimate_rows", "report", "evaluate", "predict", "latents",
-           "reconstruct", "simulate", "plots", "image_grid", "square_side"]
+           "reconstruct", "simulate", "plots", "image_grid", "square_side", "class_probabilities", "predict_classes",
+           "evaluate_classifier"]
 
 #: K, the draws from q per row for the importance-sampled log p(x) (the ``is_samples`` setting's default).
 IS_SAMPLES = 1000
@@ -107,6 +108,35 @@ def predict(result, data, particles: int | None = None) -> pd.DataFrame:
             for j in range(value.shape[-1]):
                 table[f"{name}_{label}_{j}"] = value[:, j].numpy()
     return table
+
+
+@torch.no_grad()
+def class_probabilities(result, data) -> torch.Tensor:
+    """q(y | x) per row, (n, C): the probabilities of the model's guide at its enumerated label site (the first
+    local latent with a Categorical distribution), all rows taken as unlabelled."""
+    with result.own_params():
+        trace = poutine.trace(guide_of(result)).get_trace(**_features(result, data))
+    site = next(trace.nodes[name] for name in result.spec.local_latents
+                if name in trace.nodes and hasattr(trace.nodes[name]["fn"], "probs"))
+    return site["fn"].probs
+
+
+def predict_classes(result, data) -> pd.DataFrame:
+    """Per row: ``prob_c`` = q(y = c | x) and ``pred``, the most probable class."""
+    probs = class_probabilities(result, data)
+    table = pd.DataFrame(probs.numpy(), columns=[f"prob_{c}" for c in range(probs.shape[-1])])
+    table["pred"] = probs.argmax(-1).numpy()
+    return table
+
+
+def evaluate_classifier(result, test) -> dict:
+    """Held-out rows with a label (>= 0): ``test_accuracy`` of argmax q(y | x) and ``test_ll``, the mean
+    log q(y | x) of the true label."""
+    known = test.y >= 0
+    probs = class_probabilities(result, test.X[known])
+    labels = test.y[known].long()
+    return {"test_rows": int(known.sum()), "test_accuracy": float((probs.argmax(-1) == labels).double().mean()),
+            "test_ll": float(probs[torch.arange(len(labels)), labels].clamp_min(1e-12).log().mean())}
 
 
 @torch.no_grad()

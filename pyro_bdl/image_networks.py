@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pyro.params.param_store import param_with_module_name
 from torch import nn
 
-__all__ = ["encoder", "decoder", "registered", "ARCHS", "image_side"]
+__all__ = ["encoder", "decoder", "classifier", "registered", "ARCHS", "image_side"]
 
 #: The architectures :func:`encoder` and :func:`decoder` build.
 ARCHS = ("mlp", "linear", "conv")
@@ -123,6 +123,11 @@ def decoder(latent_dim: int, data_dim: int, hidden=(400,), arch: str = "mlp") ->
 
 
 _NETWORKS: dict = {}  # (name, what built it) -> the network object
+
+
+def classifier(data_dim: int, num_classes: int, hidden=(400,)) -> nn.Sequential:
+    """x (..., D) -> class logits (..., C): an MLP with softplus hidden layers."""
+    return _mlp((data_dim, *tuple(hidden), num_classes))
 
 
 def registered(name: str, build, *key) -> nn.Module:
