@@ -229,3 +229,9 @@ def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
     assert "| elbo | 3 |" in out and "| iwae (K=5) | 3 |" in out
     for kind in ("noise", "rotated", "inverted"):
         assert f"| {kind} | " in out
+
+
+def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
+    out = run_script("benchmarks/ss_vae.py", "--quick", cwd=tmp_path)
+    assert "| ss-vae (M2) q(y \\| x) | 100 + unlabelled images | " in out
+    assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out

@@ -132,8 +132,8 @@ def test_minibatch_losses_are_unbiased_for_the_full_data_loss(loss_name):
     model = SPEC.bind({**SMALL, "data_dim": 64})
     guide = SPEC.guides["encoder"](model)
     loss = Trace_ELBO().loss if loss_name == "trace" else IWAE_ELBO(4).loss
-    full = _scaled_losses(loss, model, guide, x, None, 400)
-    mini = _scaled_losses(loss, model, guide, x, 6, 2000)
+    full = _scaled_losses(loss, model, guide, x, None, 200)
+    mini = _scaled_losses(loss, model, guide, x, 6, 800)
     se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
     assert abs(float(full.mean() - mini.mean())) < 4 * se
 
@@ -145,12 +145,12 @@ def test_pyros_renyi_elbo_agrees_on_the_whole_data_but_not_on_minibatches():
     model = SPEC.bind({**SMALL, "data_dim": 64})
     guide = SPEC.guides["encoder"](model)
     ours, renyi = IWAE_ELBO(4), RenyiELBO(alpha=0, num_particles=4, vectorize_particles=True, max_plate_nesting=1)
-    full = _scaled_losses(ours.loss, model, guide, x, None, 300)
-    whole = _scaled_losses(renyi.loss, model, guide, x, None, 300)
+    full = _scaled_losses(ours.loss, model, guide, x, None, 200)
+    whole = _scaled_losses(renyi.loss, model, guide, x, None, 200)
     se = math.sqrt(float(full.var()) / len(full) + float(whole.var()) / len(whole))
     assert abs(float(full.mean() - whole.mean())) < 4 * se
-    mini = _scaled_losses(ours.loss, model, guide, x, 6, 1000)
-    theirs = _scaled_losses(renyi.loss, model, guide, x, 6, 1000)
+    mini = _scaled_losses(ours.loss, model, guide, x, 6, 600)
+    theirs = _scaled_losses(renyi.loss, model, guide, x, 6, 600)
     se = math.sqrt(float(full.var()) / len(full) + float(theirs.var()) / len(theirs))
     # log mean_k w^(n/B) >= (n/B) log mean_k w (power means): Renyi's minibatch loss is below the whole-data one
     assert float(theirs.mean()) < float(full.mean()) - 4 * se
@@ -332,3 +332,37 @@ def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, t
     assert reference.info["elbo_history"] == resumed.info["elbo_history"]
     assert reference.info["best_epoch"] == resumed.info["best_epoch"]
     assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
+
+
+# --------------------------------------------------------------------------- the semi-supervised VAE (M2)
+
+@pytest.mark.filterwarnings("ignore:y_unlabelled")  # Trace_ELBO draws the site marked for enumeration: on purpose
+def test_ss_vae_sums_out_unknown_labels_exactly():
+    """TraceEnum_ELBO's loss with y enumerated equals the expectation over q(y | x) of the loss with y drawn
+    (Trace_ELBO): the same objective, with the sum over classes done exactly."""
+    from pyro.infer import TraceEnum_ELBO
+
+    ss = pyro_bdl.get_model("ss-vae")
+    x, y = torch.rand(12, 64), torch.tensor([0, 1, 2] + [-1] * 9)
+    model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
+    guide = ss.guides["encoder"](model)
+    enum = torch.tensor([TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, x=x, y=y) for _ in range(100)])
+    drawn = torch.tensor([Trace_ELBO().loss(model, guide, x=x, y=y) for _ in range(800)])
+    se = math.sqrt(float(enum.var()) / len(enum) + float(drawn.var()) / len(drawn))
+    assert abs(float(enum.mean() - drawn.mean())) < 4 * se
+    assert float(enum.var()) < float(drawn.var())  # no noise from drawing y
+
+
+def test_ss_vae_learns_to_classify_from_few_labels():
+    semi, full = pyro_bdl.load("digits-01-semi"), pyro_bdl.load("digits-01")
+    assert int((semi.y >= 0).sum()) == 100 and torch.equal(semi.y[semi.y >= 0], full.y[semi.y >= 0])
+    fit = pyro_bdl.fit("ss-vae", semi, inference="svi-amortised", options={"latent_dim": 4, "hidden": (64,)},
+                       epochs=8, progress=False)
+    unlabelled = semi.y < 0
+    table = fit.predict(full.X[unlabelled])
+    assert [c for c in table.columns if c.startswith("prob_")] == [f"prob_{c}" for c in range(10)]
+    accuracy = float((torch.tensor(table["pred"].to_numpy()) == full.y[unlabelled].long()).double().mean())
+    assert accuracy > 0.6, accuracy  # chance is 0.1; 100 labels
+    from pyro_bdl.generative import evaluate_classifier
+
+    assert evaluate_classifier(fit, full)["test_rows"] == len(full)
