@@ -5,8 +5,7 @@ plain VAE trained on all the images (representation learning).
 Data: the MNIST 8,000 / 2,000 split of the official test images (:func:`pyro_bdl.images.mnist_split`), with the
 labels of ``--per-class`` training images of each class kept (10: 100 labels) and the others hidden (-1).
 Kingma et al. (2014) report about 88% (M2, 100 labels, trained on the 50k MNIST training images; not checked against
-the paper here); the data here
-differ (8,000 images), so the numbers are not directly comparable.
+the paper here); the data here differ (8,000 images), so the numbers are not directly comparable.
 
     python benchmarks/ss_vae.py                 # MNIST (minutes; one thread)
     python benchmarks/ss_vae.py --quick         # the embedded digits, small nets, few epochs: a smoke run
