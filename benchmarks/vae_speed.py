@@ -3,7 +3,8 @@
 
 The two are timed in turns (interleaved, so that load from other jobs hits both alike) and the median of the
 repeats is compared: ``ratio zoo/hand = ...`` (target <= 1.1), and the same with the compiled Trace_ELBO
-(``--set jit=true``).  The zoo's epoch is its runner
+(``--set jit=true``, the default; each timed epoch compiles the loss afresh, so on tiny data, ``--quick``, the
+compiled epoch is mostly compilation).  The zoo's epoch is its runner
 (:func:`pyro_bdl.inference.amortised.run_svi_amortised` with ``epochs=1``, no validation): a minibatch is
 subsampled by the model's plate, the loss is Pyro's Trace_ELBO; the hand-written epoch runs a permutation
 of the rows through ``F.binary_cross_entropy_with_logits`` plus the analytic KL.

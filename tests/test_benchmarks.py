@@ -221,7 +221,9 @@ def test_gradient_variance_script_prints_the_ratio(tmp_path):
 
 def test_vae_speed_quick_run_prints_the_ratio(tmp_path):
     out = run_script("benchmarks/vae_speed.py", "--quick", "--repeats", "2", cwd=tmp_path)
-    assert "ratio zoo/hand = " in out and "zoo  epoch: median" in out and "hand epoch: median" in out
+    assert "ratio zoo/hand = " in out and "ratio zoo jit/hand = " in out
+    for path in ("zoo ", "zoo jit", "hand"):
+        assert f"{path:<8} epoch: median" in out, out
 
 
 def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
