@@ -34,30 +34,21 @@ import torch
 import pyro_bdl
 import pyro_bdl.inference.svi as svi_module
 from pyro_bdl.cli import parse_key_values
-from pyro_bdl.datasets import digits_ood, digits_split, load_uci, sine_curve, sine_gap_ratio, sine_grid, sine_regions
-from pyro_bdl.evaluate import evaluate_fit
-from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
+from pyro_bdl.datasets import digits_ood, digits_split, load_uci
+from pyro_bdl.reports import classification_report, evaluate_fit, gap_report
 
 
 def sine_row(method: str, settings: dict) -> str:
-    fit = pyro_bdl.fit("bnn-regressor", "sine", inference=method, seed=0, progress=False, **settings)
-    grid = sine_grid(300)
-    xs = grid[:, 0]
-    inside, _ = sine_regions(xs)
-    table = fit.predict(grid)
-    error = rmse(table["mean"].to_numpy()[inside], sine_curve(xs[inside]).numpy())
-    ratio = sine_gap_ratio(xs, table["sd"])
-    return f"rmse in data {error:.3f}, sd in data {table['sd'][inside].mean():.3f}, gap/data {ratio:.2f}"
+    row = gap_report(pyro_bdl.fit("bnn-regressor", "sine", inference=method, seed=0, progress=False, **settings)).row()
+    return (f"rmse in data {row['rmse where data are']:.3f}, sd in data {row['sd in data']:.3f}, "
+            f"gap/data {row['gap / data']:.2f}")
 
 
 def digits_row(method: str, settings: dict) -> str:
     train, test = digits_split()
     fit = pyro_bdl.fit("bnn-classifier", train, inference=method, seed=0, progress=False, **settings)
-    table, noise = fit.predict(test), fit.predict(digits_ood(test, "noise"))
-    prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
-    labels = test.y.numpy()
-    return (f"accuracy {accuracy(prob, labels):.3f}, ECE {expected_calibration_error(prob, labels):.3f}, "
-            f"AUROC noise {auroc(table['entropy'], noise['entropy']):.3f}")
+    _, row = classification_report(fit, test, {"noise": digits_ood(test, "noise")})
+    return f"accuracy {row['accuracy']:.3f}, ECE {row['ECE']:.3f}, AUROC noise {row['AUROC noise (entropy)']:.3f}"
 
 
 def uci_row(name: str, root: str, splits, method: str, settings: dict) -> str:

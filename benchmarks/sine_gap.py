@@ -44,15 +44,14 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.cli import parse_key_values
-from pyro_bdl.datasets import SINE_GAP, SINE_NOISE, SINE_RANGE, sine_curve
-from pyro_bdl.gap_problems import GapCheck, GapProblem, check_gap, gap_family
+from pyro_bdl.datasets import SINE_PROBLEM as SINE
+from pyro_bdl.gap_problems import GapCheck, GapProblem, gap_family
 from pyro_bdl.inference import get_method
 from pyro_bdl.models.bnn import IN_BETWEEN
+from pyro_bdl.reports import gap_report
 
 #: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
 MODEL = "bnn-regressor"
-#: The embedded ``sine`` data as a gap problem (the same rows: tests/test_benchmarks.py checks it).
-SINE = GapProblem("sine", sine_curve, SINE_GAP, SINE_NOISE, 200, 20150520, SINE_RANGE)
 #: ``METHOD@in-between``: the method with the settings ``IN_BETWEEN`` recommends.
 RECOMMENDED = "@in-between"
 
@@ -83,18 +82,16 @@ def gap_row(spec: str, problem: GapProblem = SINE, grid_size: int = 400, extra: 
             seed: int = 0) -> tuple[str, GapCheck]:
     """Fit ``spec`` on ``problem``'s data and judge it: (one line, the ``GapCheck``)."""
     method, options, settings = parse_spec(spec)
-    grid = problem.grid(grid_size)
-    inside, gap = problem.regions(grid[:, 0])
     start = time.perf_counter()
     fit = pyro_bdl.fit(MODEL, problem.dataset(), inference=method, options=options, seed=seed, progress=False,
                        **{**settings, **(extra or {})})
     seconds = time.perf_counter() - start
-    table = fit.predict(grid)
-    check = check_gap(problem, grid[:, 0], table["mean"], table["sd"], table["epistemic_sd"])
-    epi = table["epistemic_sd"].to_numpy()
+    report = gap_report(fit, problem, grid_size)
+    check, table = report.check, report.table
     loss = f"{np.mean(fit.losses[-200:]):.1f}" if fit.losses is not None and len(fit.losses) else "n/a"
     line = (f"{spec:<36} seed {seed}  {problem.name:<48} gap/data {check.ratio:5.2f}  epistemic in data "
-            f"{epi[inside].mean():.3f}, in gap {epi[gap].mean():.3f}  aleatoric {table['aleatoric_sd'].mean():.3f}  "
+            f"{report.mean_in('epistemic_sd', 'inside'):.3f}, in gap {report.mean_in('epistemic_sd', 'gap'):.3f}  "
+            f"aleatoric {table['aleatoric_sd'].mean():.3f}  "
             f"rmse {check.rmse:.3f} ({check.rmse / problem.noise:.1f} x noise)  gap|z| {check.gap_z:.2f}  "
             f"loss {loss}  {check.failures or 'pass'}  ({seconds:.0f} s)")
     return line, check

@@ -5,8 +5,8 @@ r"""Last-layer Bayesian regression: a fixed feature map, Bayesian weights on top
     \phi(x) \in \mathbb R^h, \quad w \sim \mathcal N(0, s^2 I_h), \quad b \sim \mathcal N(0, s^2), \quad
     y_i \mid x_i \sim \mathcal N(\phi(x_i)^\top w + b, \sigma^2), \quad \sigma \text{ known (option noise)}.
 
-The feature map :math:`\phi` is a deterministic MLP whose weights are not sample sites
-(:mod:`pyro_bdl.feature_maps`): random (seeded by ``feature_seed``, widths ``hidden``, default 50 tanh units)
+The feature map :math:`\phi` is a deterministic MLP whose weights are fixed parameters, not sample sites
+(:mod:`pyro_bdl.feature_maps`; a fit saves them in its ``params.pt``): random (seeded by ``feature_seed``, widths ``hidden``, default 50 tanh units)
 or given by ``feature_weights``, e.g. the hidden layers of a MAP ``bnn-regressor``
 (``pyro-bdl fit bnn-regressor --inference map --out net``, then ``--option feature_weights=net``).  Inputs
 and targets are standardised on the training data (``noise`` is in standardised units).
@@ -22,13 +22,14 @@ data ``result.standardized_data``):
 
 and the MAP estimate is :math:`\mu_N`.  Random tanh features of a 1-D input are nearly collinear, so the
 posterior can be badly conditioned: NUTS and HMC use a dense mass matrix here (``full_mass``), and ``svi``'s
-guide is :class:`PrincipalAxesGuide`, a Gaussian in the eigenbasis of :math:`\Phi^\top\Phi`, where the exact
+guide is :func:`principal_axes_guide`, a Gaussian in the eigenbasis of :math:`\Phi^\top\Phi`, where the exact
 posterior is a product of independent Gaussians (measurements: ``benchmarks/RESULTS.md``, "Last layer").
 
 Example
 -------
 >>> import torch, pyro
 >>> X = torch.linspace(-2, 2, 30).unsqueeze(1); y = torch.sin(2 * X[:, 0])
+>>> pyro.clear_param_store()
 >>> tr = pyro.poutine.trace(last_layer).get_trace(X, y, hidden=(8,))
 >>> [n for n in tr.stochastic_nodes if n != "data"], tr.observation_nodes
 (['w', 'b'], ['y'])
@@ -44,13 +45,14 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data import check_has_features
-from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, features, split_feature_options
+from pyro_bdl.feature_maps import FEATURE_MAP_OPTIONS, feature_map, features, split_feature_options
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import ModelSpec, Option, get_model, register
+from pyro_bdl.inference.guides import PrincipalAxesGuide
+from pyro_bdl.registry import ModelSpec, Option, register
 
 from .blr import posterior_moments as _blr_posterior_moments
 
-__all__ = ["last_layer", "exact_posterior", "posterior_moments", "PrincipalAxesGuide"]
+__all__ = ["last_layer", "exact_posterior", "posterior_moments", "principal_axes_guide"]
 
 
 def last_layer(X: torch.Tensor, y: torch.Tensor | None = None, hidden=None, activation: str | None = None,
@@ -59,8 +61,8 @@ def last_layer(X: torch.Tensor, y: torch.Tensor | None = None, hidden=None, acti
     """Bayesian last layer on fixed features. ``X``: (n, d); ``y``: (n,) or None. Returns y (n,)."""
     if not noise > 0 or not prior_scale > 0:
         raise ValueError(f"noise and prior_scale must be positive, got noise={noise}, prior_scale={prior_scale}")
-    # phi(X): the fixed feature map, (n, h)
-    feats = features(X, hidden, activation, feature_seed, feature_scale, feature_weights)
+    # phi(X): the fixed feature map, (n, h); its weights are parameters (phi.*), saved with a fit
+    feats = feature_map(X, hidden, activation, feature_seed, feature_scale, feature_weights)
     h = feats.shape[-1]
     # w ~ N(0, s^2 I_h),  b ~ N(0, s^2)
     w = pyro.sample("w", dist.Normal(X.new_zeros(()), prior_scale).expand([h]).to_event(1))
@@ -92,61 +94,14 @@ def exact_posterior(X: torch.Tensor, y: torch.Tensor, **options) -> dict:
     return {"w": (mean[:-1], sd[:-1]), "b": (mean[-1], sd[-1])}
 
 
-class PrincipalAxesGuide:
-    r"""A Gaussian guide for :math:`\theta = (w, b)` whose axes are the principal axes of the features.
-
-    .. math::
-
-        \theta = Q z, \qquad z \sim \mathcal N(m, \operatorname{diag}(v^2)), \qquad
-        q(\theta) = \mathcal N(Q m, Q \operatorname{diag}(v^2) Q^\top),
-
-    where the columns of :math:`Q` ((h+1, h+1), orthogonal) are the eigenvectors of :math:`\Phi^\top\Phi`
-    on the inputs of the guide's first call (then kept, so later calls draw from the same :math:`q`).  The
-    exact posterior precision :math:`\Phi^\top\Phi/\sigma^2 + I/s^2` has the same eigenvectors, so the family
-    holds the exact posterior, a product of h+1 independent Gaussians in :math:`z`: Adam's per-coordinate
-    steps fit it at any condition number.  :math:`|\det Q| = 1`, so :math:`\log q(\theta) = \log q(z)`
-    (``z`` is auxiliary; ``w`` and ``b`` are its images).  Parameters ``axes.loc``, ``axes.scale`` (h+1,),
-    started at the prior.
-
-    >>> import torch, pyro
-    >>> X = torch.linspace(-2, 2, 30).unsqueeze(1)
-    >>> model = get_model("last-layer").bind({"hidden": "8"})
-    >>> guide = PrincipalAxesGuide(model)
-    >>> tr = pyro.poutine.trace(guide).get_trace(X)
-    >>> tr.nodes["axes.z"]["value"].shape, tr.nodes["w"]["value"].shape, tr.nodes["b"]["value"].shape
-    (torch.Size([9]), torch.Size([8]), torch.Size([]))
-    """
-
-    def __init__(self, model, prefix: str = "axes"):
-        options = getattr(model, "keywords", None)
-        if options is None:
-            raise TypeError("PrincipalAxesGuide needs the bound last-layer model (get_model('last-layer').bind(options))")
-        self.feature_options, self.prior_scale, _ = _split(options)
-        self.prefix = prefix
-        self._Q = None  # float64, fixed by the first call's inputs
-
-    def axes(self, X: torch.Tensor) -> torch.Tensor:
-        """Q, (h+1, h+1) in X's dtype: the eigenvectors of Phi^T Phi on the first inputs seen (float64
-        eigendecomposition); later inputs reuse it."""
-        if self._Q is None:
-            with torch.no_grad():
-                phi = features(X.detach().double(), **self.feature_options)
-                Phi = torch.cat([phi, phi.new_ones(phi.shape[0], 1)], 1)
-                self._Q = torch.linalg.eigh(Phi.T @ Phi).eigenvectors
-        return self._Q.to(X.dtype)
-
-    def __call__(self, X: torch.Tensor, y: torch.Tensor | None = None, **kwargs):
-        Q = self.axes(X)
-        k = Q.shape[0]
-        loc = pyro.param(f"{self.prefix}.loc", lambda: X.new_zeros(k))
-        scale = pyro.param(f"{self.prefix}.scale", lambda: X.new_full((k,), self.prior_scale),
-                           constraint=dist.constraints.positive)
-        # z ~ N(m, diag(v^2)) in the principal axes; theta = Q z (z: (..., h+1), any batch of particles in front)
-        z = pyro.sample(f"{self.prefix}.z", dist.Normal(loc, scale).to_event(1), infer={"is_auxiliary": True})
-        theta = z @ Q.T
-        pyro.sample("w", dist.Delta(theta[..., :-1], event_dim=1))
-        pyro.sample("b", dist.Delta(theta[..., -1]))
-        return theta
+def principal_axes_guide(model) -> PrincipalAxesGuide:
+    """The model's guide ``axes`` for svi: a Gaussian in the principal axes of the features, where the exact
+    posterior is independent across coordinates (:class:`~pyro_bdl.inference.guides.PrincipalAxesGuide`)."""
+    options = getattr(model, "keywords", None)
+    if options is None:
+        raise TypeError("the axes guide needs the bound last-layer model (get_model('last-layer').bind(options))")
+    feature_options, prior_scale, _ = _split(options)
+    return PrincipalAxesGuide(lambda X: features(X, **feature_options), prior_scale)
 
 
 SPEC = register(
@@ -164,7 +119,7 @@ SPEC = register(
         # collinear features make the posterior badly conditioned: a dense mass matrix, and svi in the principal
         # axes of the features for 5000 steps (benchmarks/RESULTS.md, "Last layer")
         method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}, "svi": {"steps": 5000}},
-        guides={"axes": PrincipalAxesGuide}, default_guides={"svi": "axes"},
+        guides={"axes": principal_axes_guide}, default_guides={"svi": "axes"},
         notes=("Guides: svi's default (--guide axes) is a Gaussian in the principal axes of the features, where "
                "the exact posterior is independent across coordinates; a full-rank guide in w's coordinates "
                "(--guide mvn) converges far more slowly on collinear features, and svi-meanfield converges to "

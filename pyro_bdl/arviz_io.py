@@ -42,12 +42,15 @@ def to_inference_data(result) -> az.InferenceData:
         and not any(v.shape == o.shape and np.array_equal(v.numpy(), o) for o in observed)
     }
     info = result.info
+    options = info.get("options", {})
+    if result.spec is not None:
+        options = result.spec.options_on_disk(options)
     attrs = {
         "inference": result.method,
         "model": info.get("model", getattr(result.model, "__name__", "model")),
         "point_estimate": int(result.point_estimate),
         "seed": info.get("seed", -1),
-        "options": json.dumps({k: _jsonable(v) for k, v in info.get("options", {}).items()}),
+        "options": json.dumps({k: _jsonable(v) for k, v in options.items()}),
         "feature_names": json.dumps(info.get("feature_names", [])),
         "target": info.get("target") or "",
         "likelihood_sites": json.dumps(list(result.likelihood_sites)),

@@ -41,8 +41,13 @@ def fingerprint(**parts) -> str:
             h.update(value.detach().cpu().contiguous().numpy().tobytes())
             h.update(str(tuple(value.shape)).encode())
         else:
-            h.update(json.dumps(value, sort_keys=True, default=repr).encode())
+            h.update(json.dumps(value, sort_keys=True, default=_exact).encode())
     return h.hexdigest()[:16]
+
+
+def _exact(value):
+    """JSON for what JSON cannot hold: a tensor inside a part (e.g. an option's weights) by every value."""
+    return value.tolist() if isinstance(value, torch.Tensor) else repr(value)
 
 
 def rng_state() -> dict:

@@ -92,7 +92,7 @@ def _cmd_fit(args) -> None:
     from . import fit
     from .datasets import load
     from .diagnostics import DIAGNOSTIC_KEYS
-    from .evaluate import evaluate_fit
+    from .reports import evaluate_fit
     from .registry import get_model
     from .store import write_fit
 

@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from .data import DataError, Dataset, from_frame, load_csv
-from .gap_problems import gap_regions, gap_sd_ratio
+from .gap_problems import GapProblem, gap_regions, gap_sd_ratio
 
 __all__ = [
     "EMBEDDED",
@@ -47,6 +47,7 @@ __all__ = [
     "SINE_GAP",
     "SINE_RANGE",
     "SINE_NOISE",
+    "SINE_PROBLEM",
     "sine_curve",
     "sine_frame",
     "sine_grid",
@@ -95,6 +96,11 @@ def sine_frame() -> pd.DataFrame:
     x = x[rng.permutation(x.size)].astype(np.float32)
     y = sine_curve(x.astype(np.float64)) + SINE_NOISE * rng.normal(size=x.size)
     return pd.DataFrame({"x": x, "y": y})
+
+
+#: ``sine`` as a :class:`~pyro_bdl.gap_problems.GapProblem` (the same data: tests/test_gap_problems.py), for
+#: :func:`pyro_bdl.reports.gap_report` and the generated family of other gap problems.
+SINE_PROBLEM = GapProblem("sine", sine_curve, SINE_GAP, SINE_NOISE, 200, 20150520, SINE_RANGE)
 
 
 def sine_grid(n: int = 200) -> torch.Tensor:

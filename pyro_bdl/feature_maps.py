@@ -6,10 +6,17 @@ r"""Fixed feature maps: a deterministic MLP phi whose weights are not sample sit
   :math:`c_\ell \sim \mathcal N(0, t^2)`, drawn once from a private generator seeded with ``feature_seed``
   (``t`` = ``feature_scale``; widths ``hidden``, default 50; activation default tanh); or
 * **given or trained**: ``feature_weights``, ``{"activation": "tanh", "layers": [{"weight": [[...]],
-  "bias": [...]}, ...]}`` of plain lists (``weight`` of layer :math:`\ell` is :math:`A_\ell`, (out, in)).
+  "bias": [...]}, ...]}`` (``weight`` of layer :math:`\ell` is :math:`A_\ell`, (out, in); lists or tensors).
   :func:`train_feature_map` makes one from a MAP ``bnn-regressor``'s hidden layers; :func:`feature_map_of`
   reads one from such a fit, and :func:`parse_feature_weights` from the command line (inline JSON, a JSON
   file, or a fit directory).
+
+:func:`features` computes :math:`\phi` from the options (a pure function: exact posteriors, guides);
+:func:`feature_map` is the same map inside a model, its weights Pyro parameters ``phi.{l}.weight`` and
+``phi.{l}.bias``, fixed (no gradient reaches them), so that a fit saves them in its ``params.pt`` as it
+saves any model's learned parameters.  Its files record ``feature_weights`` as
+``{"activation": ..., "layers": "params.pt"}`` (:func:`weights_on_disk`), and a loaded fit reads the
+layers back from its parameters.
 
 Example
 -------
@@ -32,12 +39,13 @@ import json
 import math
 from pathlib import Path
 
+import pyro
 import torch
 
 from .layers import ACTIVATIONS
 
-__all__ = ["FEATURE_OPTIONS", "FEATURE_MAP_OPTIONS", "features", "parse_widths", "split_feature_options", "parse_feature_weights",
-           "feature_map_of", "train_feature_map"]
+__all__ = ["FEATURE_OPTIONS", "FEATURE_MAP_OPTIONS", "features", "feature_map", "weights_on_disk", "parse_widths",
+           "split_feature_options", "parse_feature_weights", "feature_map_of", "train_feature_map"]
 
 #: The options that decide a feature map phi.
 FEATURE_OPTIONS = ("hidden", "activation", "feature_seed", "feature_scale", "feature_weights")
@@ -118,8 +126,8 @@ def _random_layers(d_in: int, widths: tuple, seed: int, scale: float) -> tuple:
     return tuple(layers)
 
 
-_WEIGHTS_FORMAT = ('{"activation": ..., "layers": [{"weight": [[...]], "bias": [...]}, ...]} '
-                   "of plain lists (as train_feature_map returns)")
+_WEIGHTS_FORMAT = ('{"activation": ..., "layers": [{"weight": (out, in), "bias": (out,)}, ...]} of lists or '
+                   "tensors (as train_feature_map returns)")
 
 
 def _given_layers(weights, d_in: int) -> tuple[str, tuple]:
@@ -130,12 +138,12 @@ def _given_layers(weights, d_in: int) -> tuple[str, tuple]:
     layers, fan_in = [], d_in
     for i, layer in enumerate(weights["layers"]):
         if not isinstance(layer, dict) or set(layer) != {"weight", "bias"} \
-                or not all(isinstance(layer[k], (list, tuple)) for k in layer):
-            raise ValueError(f"feature_weights layer {i} must be {{'weight': [[...]], 'bias': [...]}} of plain "
-                             f"lists (JSON-able, so that a saved fit can rebuild it), got {type(layer).__name__}")
+                or not all(isinstance(layer[k], (list, tuple, torch.Tensor)) for k in layer):
+            raise ValueError(f"feature_weights layer {i} must be {{'weight': (out, in), 'bias': (out,)}} of lists "
+                             f"or tensors, got {type(layer).__name__}")
         try:
-            A = torch.tensor(layer["weight"], dtype=torch.float64)
-            c = torch.tensor(layer["bias"], dtype=torch.float64)
+            A = torch.as_tensor(layer["weight"], dtype=torch.float64).detach()
+            c = torch.as_tensor(layer["bias"], dtype=torch.float64).detach()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"feature_weights layer {i}: not a numeric array ({exc})") from None
         if A.dim() != 2 or c.shape != (A.shape[0],):
@@ -151,14 +159,9 @@ def _given_layers(weights, d_in: int) -> tuple[str, tuple]:
     return weights["activation"], tuple(layers)
 
 
-def features(X: torch.Tensor, hidden=None, activation: str | None = None, feature_seed: int = 0,
-             feature_scale: float = 2.0, feature_weights: dict | None = None) -> torch.Tensor:
-    """phi(X): (n, d) -> (n, h); a deterministic function of the options and X, in X's dtype.
-
-    Random features (widths ``hidden``, default 50; ``activation``, default tanh) unless ``feature_weights``
-    are given, whose widths and activation ``hidden`` and ``activation`` must then match if given.
-    """
-    d_in = int(X.shape[-1])
+def _layers(d_in: int, hidden=None, activation: str | None = None, feature_seed: int = 0, feature_scale: float = 2.0,
+            feature_weights: dict | None = None) -> tuple[str, tuple]:
+    """The options -> (activation, ((A, c), ...)) in float64, every option checked."""
     if feature_weights is None:
         seed = int(feature_seed)
         if seed < 0:
@@ -169,6 +172,9 @@ def features(X: torch.Tensor, hidden=None, activation: str | None = None, featur
         activation = RANDOM_ACTIVATION if activation is None else activation
         layers = _random_layers(d_in, widths, seed, float(feature_scale))
     else:
+        if isinstance(feature_weights, dict) and feature_weights.get("layers") == SAVED:
+            raise ValueError("feature_weights are in a fit's params.pt: the map runs inside the model "
+                             "(feature_map, under FitResult.own_params), not from the options alone")
         given_activation, layers = _given_layers(feature_weights, d_in)
         widths = tuple(A.shape[0] for A, _ in layers)
         if hidden is not None and parse_widths(hidden) != widths:
@@ -180,11 +186,74 @@ def features(X: torch.Tensor, hidden=None, activation: str | None = None, featur
         activation = given_activation
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    return activation, layers
+
+
+def _apply(X: torch.Tensor, activation: str, layers) -> torch.Tensor:
     act = ACTIVATIONS[activation]
     h = X
     for A, c in layers:
         h = act(h @ A.to(X.dtype).T + c.to(X.dtype))  # h_{l+1} = a(A_l h_l + c_l)
     return h
+
+
+def features(X: torch.Tensor, hidden=None, activation: str | None = None, feature_seed: int = 0,
+             feature_scale: float = 2.0, feature_weights: dict | None = None) -> torch.Tensor:
+    """phi(X): (n, d) -> (n, h); a deterministic function of the options and X, in X's dtype.
+
+    Random features (widths ``hidden``, default 50; ``activation``, default tanh) unless ``feature_weights``
+    are given, whose widths and activation ``hidden`` and ``activation`` must then match if given.
+    """
+    return _apply(X, *_layers(int(X.shape[-1]), hidden, activation, feature_seed, feature_scale, feature_weights))
+
+
+#: What a fit's files hold in place of the feature map's layers: they are in its params.pt.
+SAVED = "params.pt"
+
+
+def weights_on_disk(feature_weights: dict | None) -> dict | None:
+    """How a fit's files record ``feature_weights``: ``{"activation": ..., "layers": "params.pt"}`` (the layers
+    are the model's parameters, saved with them), or None.
+
+    >>> weights_on_disk({"activation": "relu", "layers": [{"weight": [[1.0]], "bias": [0.0]}]})
+    {'activation': 'relu', 'layers': 'params.pt'}
+    """
+    if feature_weights is None:
+        return None
+    return {"activation": feature_weights.get("activation"), "layers": SAVED}
+
+
+def feature_map(X: torch.Tensor, hidden=None, activation: str | None = None, feature_seed: int = 0,
+                feature_scale: float = 2.0, feature_weights: dict | None = None, name: str = "phi") -> torch.Tensor:
+    """phi(X) inside a model, (n, d) -> (n, h): :func:`features`, its layers the Pyro parameters
+    ``{name}.{l}.weight`` (out, in) and ``{name}.{l}.bias`` (out,), float64, fixed (no gradient reaches them).
+
+    From the options, the parameters start at the options' values; as for any ``pyro.param``, values the
+    param store already holds under these names win (every fit starts with a clear store; to run the model
+    by hand with other options, ``pyro.clear_param_store()`` first).  From a loaded fit (``feature_weights["layers"] == "params.pt"``), the layers are read from the store,
+    which :meth:`FitResult.own_params` fills from the fit's params.pt.
+
+    >>> import pyro, torch
+    >>> pyro.clear_param_store()
+    >>> X = torch.linspace(-2, 2, 5).unsqueeze(1)
+    >>> torch.equal(feature_map(X, hidden=(3,)), features(X, hidden=(3,))), pyro.param("phi.0.weight").shape
+    (True, torch.Size([3, 1]))
+    """
+    if isinstance(feature_weights, dict) and feature_weights.get("layers") == SAVED:
+        store = pyro.get_param_store()
+        count = 0
+        while f"{name}.{count}.weight" in store:
+            count += 1
+        if count == 0:
+            raise ValueError(f"the feature map's layers are in the fit's params.pt, but the param store holds no "
+                             f"'{name}.0.weight': run the model under FitResult.own_params()")
+        layers = tuple((pyro.param(f"{name}.{l}.weight").detach(), pyro.param(f"{name}.{l}.bias").detach())
+                       for l in range(count))
+        return _apply(X, feature_weights["activation"], layers)
+    activation, layers = _layers(int(X.shape[-1]), hidden, activation, feature_seed, feature_scale, feature_weights)
+    layers = tuple((pyro.param(f"{name}.{l}.weight", lambda A=A: A.clone()).detach(),
+                    pyro.param(f"{name}.{l}.bias", lambda c=c: c.clone()).detach()) for l, (A, c) in enumerate(layers))
+    return _apply(X, activation, layers)
 
 
 def train_feature_map(data, hidden=(50,), activation: str = "tanh", *, target: str | None = None, seed: int = 0,
@@ -229,7 +298,8 @@ def _option_table() -> dict:
         "feature_weights": Option(None, "trained or given feature map instead of random features: the --out directory "
                                         "of a map/mle bnn-regressor fit on the same data (its hidden layers), or a JSON "
                                         "file (or inline JSON) {activation, layers: [{weight, bias}, ...]}, e.g. "
-                                        "json.dump(train_feature_map(data))", parse_feature_weights),
+                                        "json.dump(train_feature_map(data)); a fit saves the layers in its params.pt",
+                                  parse_feature_weights, on_disk=weights_on_disk),
     }
 
 

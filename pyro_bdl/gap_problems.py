@@ -108,13 +108,15 @@ def gap_regions(x, span: tuple[float, float], gap: tuple[float, float], edge: fl
 
 
 def gap_sd_ratio(sd, inside, gap) -> float:
-    """Mean predictive ``sd`` over the ``gap`` mask divided by its mean over the ``inside`` mask.
+    """Mean predictive ``sd`` over the ``gap`` mask divided by its mean over the ``inside`` mask (NaN when
+    the sd is zero where the data lie, e.g. a point estimate's epistemic sd).
 
     >>> gap_sd_ratio(np.array([0.1, 0.4, 0.3]), inside=np.array([True, False, True]), gap=np.array([False, True, False]))
     2.0
     """
     sd = np.asarray(sd, dtype=float)
-    return float(sd[gap].mean() / sd[inside].mean())
+    inside_sd = sd[inside].mean()
+    return float(sd[gap].mean() / inside_sd) if inside_sd > 0 else math.nan
 
 
 @dataclass(frozen=True)

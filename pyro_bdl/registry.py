@@ -58,6 +58,9 @@ class Option:
     #: the values a numeric option admits (a :class:`pyro_bdl.inference.Domain`); None (the option's value)
     #: is always admitted, as "not set"
     domain: Any = None
+    #: how a fit's files record the value, for a value that sets the model's learned parameters (saved in
+    #: params.pt, e.g. a feature map's weights): ``value -> JSON-safe`` that the model takes back; None: as is
+    on_disk: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,11 @@ class ModelSpec:
                 value = opt.domain.check(value, f"option '{key}' of model '{self.name}'", given)
             resolved[key] = value
         return resolved
+
+    def options_on_disk(self, options: Mapping[str, Any]) -> dict:
+        """The options as a fit's files record them (:attr:`Option.on_disk`)."""
+        return {k: self.options[k].on_disk(v) if k in self.options and self.options[k].on_disk else v
+                for k, v in options.items()}
 
     @property
     def minibatches(self) -> bool:

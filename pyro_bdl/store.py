@@ -48,8 +48,12 @@ def _clean(value):
 
 
 def metrics(result: FitResult) -> dict:
-    """Every entry of the fit's ``info``, JSON-safe (NaN becomes null, other objects their repr)."""
-    return _clean({**result.info, "point_estimate": result.point_estimate})
+    """Every entry of the fit's ``info``, JSON-safe (NaN becomes null, other objects their repr; options as
+    the files record them: :meth:`~pyro_bdl.registry.ModelSpec.options_on_disk`)."""
+    info = dict(result.info)
+    if result.spec is not None and "options" in info:
+        info["options"] = result.spec.options_on_disk(info["options"])
+    return _clean({**info, "point_estimate": result.point_estimate})
 
 
 def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:

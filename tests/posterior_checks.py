@@ -58,6 +58,12 @@ def check_sds(result, exact):
         assert np.all(err < tol), f"{site}: sd {est} vs exact {sd}, |err| {err} >= tol {tol}"
 
 
+def exact_posterior_of(result) -> dict:
+    """The exact posterior of a zoo model's fit, ``{site: (mean, sd)}``, on the data the model saw (for a
+    model that standardises, ``result.standardized_data``)."""
+    return result.spec.exact_posterior(**result.standardized_data, **result.info["options"])
+
+
 def exact_posterior_on(model: str, data, options: dict) -> dict:
     """The zoo model's exact posterior on ``data`` (a Dataset), ``{site: (mean, sd)}``."""
     spec = get_model(model)

@@ -26,4 +26,16 @@ def coin_problem(seed: int = 1, n: int = 25) -> tuple[Dataset, dict]:
     return ds, {"alpha": 2.0, "beta": 3.0}
 
 
-PROBLEMS = {"blr": blr_problem, "coin": coin_problem}
+def last_layer_problem(seed: int = 1, n: int = 30, d: int = 2) -> tuple[Dataset, dict]:
+    """A smooth nonlinear function of d inputs, noise 0.5; 4 random tanh features (posterior condition
+    number 58: well conditioned, so NUTS needs short trees)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.sin(X @ rng.normal(size=d)) + 0.5 * rng.normal(size=n)
+    ds = Dataset(f"last-layer-{seed}", torch.tensor(X, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
+                 [f"x{j}" for j in range(d)], "y")
+    return ds, {"hidden": "4", "noise": 0.5}
+
+
+#: One problem per zoo model with an exact posterior (tests/test_exact_posteriors.py checks there is one).
+PROBLEMS = {"blr": blr_problem, "coin": coin_problem, "last-layer": last_layer_problem}

@@ -15,24 +15,14 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split, sine_curve, sine_gap_ratio, sine_grid, sine_regions
+from pyro_bdl.datasets import SINE_GAP, digits_ood, digits_split
 from pyro_bdl.models.bnn import IN_BETWEEN
-from pyro_bdl.uncertainty import accuracy, auroc, expected_calibration_error, rmse
-
-GRID = sine_grid(400)
-XS = GRID[:, 0]
-#: Where the sine data lie (away from the edges of the two intervals), the middle of the gap, beyond the data.
-INSIDE, GAP = sine_regions(XS)
-TRUTH = sine_curve(XS).numpy()
+from pyro_bdl.reports import classification_report, gap_report
+from pyro_bdl.uncertainty import auroc
 
 
 def sine_fit(inference: str, **settings):
     return pyro_bdl.fit("bnn-regressor", "sine", inference=inference, progress=False, seed=0, **settings)
-
-
-def gap_ratio(table) -> float:
-    """Mean predictive sd in the middle of the gap over the mean sd where the data lie."""
-    return sine_gap_ratio(XS, table["sd"].to_numpy())
 
 
 # --------------------------------------------------------------------------- sine: the gap
@@ -42,9 +32,9 @@ def test_ensemble_is_uncertain_in_the_gap():
         result = sine_fit("ensemble")
     w = result.samples["layer1.weight"]
     assert w.shape[:2] == (5, 1) and not torch.allclose(w[0], w[1])  # independent starts, distinct members
-    table = result.predict(GRID)
-    assert rmse(table["mean"].to_numpy()[INSIDE], TRUTH[INSIDE]) < 0.05  # measured 0.016
-    assert gap_ratio(table) >= 2.0  # measured 5.00 (benchmarks/RESULTS.md)
+    check = gap_report(result).check
+    assert check.rmse < 0.05  # measured 0.016
+    assert check.ratio >= 2.0  # measured 5.00 (benchmarks/RESULTS.md)
 
 
 @pytest.mark.parametrize("inference", ["map", "mle"])
@@ -52,11 +42,10 @@ def test_point_estimates_are_overconfident_in_the_gap(inference):
     """A point estimate has only the noise: the same sd in the gap as in the data, while its error there
     is many of its own sds (the ensemble's error in the gap is within its sds)."""
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # at the default steps the loss still falls by more than its noise
-        table = sine_fit(inference).predict(GRID)
-    assert np.allclose(table["epistemic_sd"], 0.0)
-    assert gap_ratio(table) < 1.2  # the noise sd, the same everywhere
-    z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
-    assert np.mean(z[GAP]) > 2.0  # measured 7.7 (map), 7.0 (mle); the ensemble's is 0.6
+        report = gap_report(sine_fit(inference))
+    assert np.allclose(report.table["epistemic_sd"], 0.0)
+    assert report.check.ratio < 1.2  # the noise sd, the same everywhere
+    assert report.check.gap_z > 2.0  # measured 7.7 (map), 7.0 (mle); the ensemble's is 0.6
 
 
 @pytest.mark.parametrize("inference", ["svi", "mc-dropout"])
@@ -68,7 +57,7 @@ def test_one_hidden_layer_mean_field_and_dropout_cannot_raise_the_gap_variance(i
     result = sine_fit(inference)
     f = result.predict(torch.tensor([[SINE_GAP[0]], [0.0], [SINE_GAP[1]]]))["epistemic_sd"].to_numpy() ** 2
     assert f[1] <= f[0] + f[2]
-    assert gap_ratio(result.predict(GRID)) < 2.0
+    assert gap_report(result).check.ratio < 2.0
 
 
 @pytest.mark.slow
@@ -79,12 +68,11 @@ def test_in_between_settings_are_uncertain_in_the_gap(inference):
     twice the in-data sd, the predictive mean follows the curve where the data lie, and the truth in the gap
     lies within the widened band (on a family of other gap problems: tests/test_gap_problems.py)."""
     entry = IN_BETWEEN[inference]
-    table = sine_fit(inference, options=entry["options"], **entry["settings"]).predict(GRID)
+    check = gap_report(sine_fit(inference, options=entry["options"], **entry["settings"])).check
     # measured (seed 0, ensemble): gap ratio 5.00, RMSE 0.017 (benchmarks/RESULTS.md)
-    assert gap_ratio(table) >= 2.0
-    assert rmse(table["mean"].to_numpy()[INSIDE], TRUTH[INSIDE]) < 0.1
-    z = np.abs(table["mean"].to_numpy() - TRUTH) / table["sd"].to_numpy()
-    assert np.mean(z[GAP]) < 2.0
+    assert check.ratio >= 2.0
+    assert check.rmse < 0.1
+    assert check.gap_z < 2.0
 
 
 # --------------------------------------------------------------------------- digits: accuracy, calibration, OOD
@@ -107,11 +95,10 @@ def map_auroc(digits):
 def test_digits_accuracy_calibration_and_ood(inference, digits, map_auroc):
     train, test, noise = digits
     fit = pyro_bdl.fit("bnn-classifier", train, inference=inference, progress=False, seed=0)
-    table = fit.predict(test)
-    prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
-    assert accuracy(prob, test.y.numpy()) >= 0.95
-    assert expected_calibration_error(prob, test.y.numpy()) < 0.05
-    assert auroc(table["entropy"], fit.predict(noise)["entropy"]) > map_auroc
+    _, row = classification_report(fit, test, {"noise": noise})
+    assert row["accuracy"] >= 0.95
+    assert row["ECE"] < 0.05
+    assert row["AUROC noise (entropy)"] > map_auroc
 
 
 # --------------------------------------------------------------------------- slow: NUTS, the gold standard
@@ -131,9 +118,10 @@ def sine_100() -> pyro_bdl.Dataset:
 def test_hmc_is_uncertain_in_the_gap():
     """HMC (trajectory length pi/2, adapted step size and diagonal mass) on the same net and points as NUTS
     below: the gap sd at least twice the in-data sd, the mean on the curve where the data are."""
-    table = pyro_bdl.fit("bnn-regressor", sine_100(), inference="hmc", progress=False, seed=0, **SAMPLER_RUN).predict(GRID)
-    assert gap_ratio(table) >= 2.0  # measured 4.59
-    assert rmse(table["mean"].to_numpy()[INSIDE], TRUTH[INSIDE]) < 0.05  # measured 0.012
+    check = gap_report(pyro_bdl.fit("bnn-regressor", sine_100(), inference="hmc", progress=False, seed=0,
+                                    **SAMPLER_RUN)).check
+    assert check.ratio >= 2.0  # measured 4.59
+    assert check.rmse < 0.05  # measured 0.012
 
 
 @pytest.mark.slow
@@ -148,11 +136,11 @@ def test_nuts_gold_standard_on_the_small_network():
     """
     small = sine_100()
     nuts = pyro_bdl.fit("bnn-regressor", small, inference="nuts", progress=False, seed=0, **SAMPLER_RUN)
-    a = nuts.predict(GRID)
-    assert gap_ratio(a) >= 2.0, "NUTS is not uncertain in the gap"
+    gold = gap_report(nuts)
+    assert gold.check.ratio >= 2.0, "NUTS is not uncertain in the gap"
 
     svi = pyro_bdl.fit("bnn-regressor", small, inference="svi", progress=False, seed=0)
-    b = svi.predict(GRID)
+    a, b = gold.table, gap_report(svi).table
     gap = np.abs(a["mean"].to_numpy() - b["mean"].to_numpy()) / a["sd"].to_numpy()
-    assert np.mean(gap[INSIDE]) < 2.0, "SVI's mean is off NUTS's where the data are"
+    assert np.mean(gap[gold.inside]) < 2.0, "SVI's mean is off NUTS's where the data are"
     assert np.all(b["sd"].to_numpy() > a["sd"].to_numpy() / 3), "SVI's sd is more than 3x too narrow"

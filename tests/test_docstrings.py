@@ -12,13 +12,14 @@ import pyro_bdl
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
-    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.evaluate",
+    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.reports",
     "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
     "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.optim", "pyro_bdl.cli",
     "pyro_bdl.layers", "pyro_bdl.networks", "pyro_bdl.feature_maps", "pyro_bdl.transforms", "pyro_bdl.inference.laplace",
     "pyro_bdl.inference.pyro_internals", "pyro_bdl.gap_problems", "pyro_bdl.validate",
-    "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.generative", "pyro_bdl.marginal", "pyro_bdl.images", "pyro_bdl.image_networks",
+    "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.generative", "pyro_bdl.marginal", "pyro_bdl.images",
+    "pyro_bdl.image_networks",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
@@ -29,7 +30,7 @@ INTERNAL = [
     "pyro_bdl.inference.zoo_mcmc", "pyro_bdl.inference.amortised",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
-FLAGGED = {"pyro_bdl.evaluate", "pyro_bdl.feature_maps", "pyro_bdl.result"}
+FLAGGED = {"pyro_bdl.reports", "pyro_bdl.feature_maps", "pyro_bdl.result"}
 ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
 
 

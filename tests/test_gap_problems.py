@@ -11,15 +11,15 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_GAP, SINE_NOISE, SINE_RANGE, sine_curve, sine_frame, sine_grid, sine_regions
-from pyro_bdl.gap_problems import (GAP_FUNCTIONS, GAP_WIDTHS, MAX_RMSE_IN_NOISE, MIN_RATIO, NOISES, SIZES, GapProblem,
+from pyro_bdl.datasets import SINE_PROBLEM, sine_frame, sine_grid, sine_regions
+from pyro_bdl.gap_problems import (GAP_FUNCTIONS, GAP_WIDTHS, MAX_RMSE_IN_NOISE, MIN_RATIO, NOISES, SIZES,
                                    check_gap, gap_family, gap_regions)
 from pyro_bdl.models.bnn import IN_BETWEEN
 
 
 def test_the_generator_reproduces_the_embedded_sine_data():
     """``sine`` is one gap problem: the generator is the general form of ``sine_frame`` and ``sine_regions``."""
-    sine = GapProblem("sine", sine_curve, SINE_GAP, SINE_NOISE, 200, 20150520, SINE_RANGE)
+    sine = SINE_PROBLEM
     assert sine.frame().equals(sine_frame())
     assert torch.equal(sine.grid(400), sine_grid(400))
     xs = sine_grid(400)[:, 0]

@@ -137,6 +137,65 @@ def test_rng_state_round_trips_every_stream():
     assert drawn[2] == random.random()
 
 
+def _interrupt_zoo_transition_at(monkeypatch, n: int, error):
+    """Raise ``error`` in the zoo sampler's n-th transition (warm-up and sampling counted together)."""
+    from pyro_bdl.inference import nuts_kernel
+
+    real, count = nuts_kernel._nuts_transition, {"n": 0}
+
+    def transition_then_stop(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == n:
+            raise error()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nuts_kernel, "_nuts_transition", transition_then_stop)
+
+
+@pytest.mark.parametrize("stop", [12, 37])  # in the warm-up (mass and step-size adaptation), in the sampling
+def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch, tmp_path):
+    """Ctrl-C inside the batch saves the sampler's state; the rerun goes on from that draw (not from the
+    batch's start) and ends with the uninterrupted run's draws and statistics."""
+    from pyro_bdl.inference import nuts_kernel
+
+    kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
+    reference = pyro_bdl.fit("blr", "linear", **kw)
+    ck = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_zoo_transition_at(m, stop, KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw)
+    assert torch.load(ck, weights_only=True)["state"]["batch"]["iteration"] == stop - 1
+    real, seen = nuts_kernel._nuts_transition, {"n": 0}
+
+    def counting(*args, **kwargs):
+        seen["n"] += 1
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(nuts_kernel, "_nuts_transition", counting)
+        resumed = pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw)
+    assert seen["n"] == 50 - (stop - 1)  # only the draws not yet made
+    _same(reference, resumed)
+    for key in reference.sample_stats:
+        assert np.array_equal(np.asarray(reference.sample_stats[key]), np.asarray(resumed.sample_stats[key])), key
+
+
+def test_zoo_kernel_killed_after_a_periodic_save_resumes_exactly(monkeypatch, tmp_path):
+    from pyro_bdl.inference import nuts_kernel
+
+    kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
+    reference = pyro_bdl.fit("blr", "linear", **kw)
+    monkeypatch.setattr(nuts_kernel.sample, "__kwdefaults__", {**nuts_kernel.sample.__kwdefaults__, "save_every": 0.0})
+    ck = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_zoo_transition_at(m, 41, Killed)  # no save on the way out: the last periodic one
+        with pytest.raises(Killed):
+            pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw)
+    assert torch.load(ck, weights_only=True)["state"]["batch"]["iteration"] == 40
+    _same(reference, pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw))
+
+
 # ---------------------------------------------------------------- kill -9 of the command line at random points
 
 CLI_RUNS = {

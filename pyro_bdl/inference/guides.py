@@ -9,6 +9,8 @@
                distribution of a real-valued site is a plain Normal, so
                :class:`~pyro.infer.TraceMeanField_ELBO` gets its KL in closed form
 ``"delta"``    :class:`pyro.infer.autoguide.AutoDelta` (point estimate)
+(a model's)    :class:`PrincipalAxesGuide`: a Gaussian over linear weights in the principal axes of their design
+               matrix, for a model to offer as its own guide (``last-layer``'s ``axes``)
 callable       used as it is (a user-written guide or an autoguide instance)
 AutoGuide class instantiated with the model
 =============  =====================================================================
@@ -29,7 +31,7 @@ from pyro.infer import autoguide
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
-__all__ = ["MeanFieldGuide", "make_guide", "drop_priors", "GUIDES"]
+__all__ = ["MeanFieldGuide", "PrincipalAxesGuide", "make_guide", "drop_priors", "GUIDES"]
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -153,6 +155,63 @@ class MeanFieldGuide:
             name: transform(pyro.param(f"{self.prefix}.{name}.loc")).detach()
             for name, (transform, _, _) in self._sites.items()
         }
+
+
+class PrincipalAxesGuide:
+    r"""A Gaussian guide for the weights :math:`\theta = (w, b)` of a linear model on a design matrix
+    :math:`\Phi = [\phi(X), 1]`, whose axes are the principal axes of the design.
+
+    .. math::
+
+        \theta = Q z, \qquad z \sim \mathcal N(m, \operatorname{diag}(v^2)), \qquad
+        q(\theta) = \mathcal N(Q m, Q \operatorname{diag}(v^2) Q^\top),
+
+    where the columns of :math:`Q` ((h+1, h+1), orthogonal) are the eigenvectors of :math:`\Phi^\top\Phi`
+    on the inputs of the guide's first call (then kept, so later calls draw from the same :math:`q`).  With a
+    Gaussian likelihood of known noise and an isotropic Gaussian prior, the exact posterior precision
+    :math:`\Phi^\top\Phi/\sigma^2 + I/s^2` has the same eigenvectors, so the family holds the exact posterior,
+    a product of h+1 independent Gaussians in :math:`z`: Adam's per-coordinate steps fit it at any condition
+    number.  :math:`|\det Q| = 1`, so :math:`\log q(\theta) = \log q(z)` (``z`` is auxiliary; the sites
+    ``weights`` (h,) and ``bias`` () are its images).  Parameters ``{prefix}.loc``, ``{prefix}.scale``
+    (h+1,), started at the prior (sd ``prior_scale``).
+
+    ``features``: :math:`X \mapsto \phi(X)`, (n, d) -> (n, h), a fixed function; ``X`` is the model's first
+    argument or its keyword ``X``.
+
+    >>> import torch, pyro
+    >>> guide = PrincipalAxesGuide(lambda X: torch.tanh(X * torch.linspace(-1, 1, 8, dtype=X.dtype)), prior_scale=1.0)
+    >>> tr = pyro.poutine.trace(guide).get_trace(torch.linspace(-2, 2, 30).unsqueeze(1))
+    >>> tr.nodes["axes.z"]["value"].shape, tr.nodes["w"]["value"].shape, tr.nodes["b"]["value"].shape
+    (torch.Size([9]), torch.Size([8]), torch.Size([]))
+    """
+
+    def __init__(self, features, prior_scale: float, prefix: str = "axes", sites: tuple[str, str] = ("w", "b")):
+        self.features, self.prior_scale, self.prefix, self.sites = features, float(prior_scale), prefix, sites
+        self._Q = None  # float64, fixed by the first call's inputs
+
+    def axes(self, X: torch.Tensor) -> torch.Tensor:
+        """Q, (h+1, h+1) in X's dtype: the eigenvectors of Phi^T Phi on the first inputs seen (float64
+        eigendecomposition); later inputs reuse it."""
+        if self._Q is None:
+            with torch.no_grad():
+                phi = self.features(X.detach().double()).double()
+                Phi = torch.cat([phi, phi.new_ones(phi.shape[0], 1)], 1)
+                self._Q = torch.linalg.eigh(Phi.T @ Phi).eigenvectors
+        return self._Q.to(X.dtype)
+
+    def __call__(self, X: torch.Tensor, *args, **kwargs):
+        Q = self.axes(X)
+        k = Q.shape[0]
+        loc = pyro.param(f"{self.prefix}.loc", lambda: X.new_zeros(k))
+        scale = pyro.param(f"{self.prefix}.scale", lambda: X.new_full((k,), self.prior_scale),
+                           constraint=dist.constraints.positive)
+        # z ~ N(m, diag(v^2)) in the principal axes; theta = Q z (z: (..., h+1), any batch of particles in front)
+        z = pyro.sample(f"{self.prefix}.z", dist.Normal(loc, scale).to_event(1), infer={"is_auxiliary": True})
+        theta = z @ Q.T
+        weights, bias = self.sites
+        pyro.sample(weights, dist.Delta(theta[..., :-1], event_dim=1))
+        pyro.sample(bias, dist.Delta(theta[..., -1]))
+        return theta
 
 
 def _init(init_loc_fn, default):

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,8 @@ MAX_DELTA_ENERGY = 1000.0
 #: 11-20 thousand steps (benchmarks/RESULTS.md, "NUTS speed").
 COMPILE_AFTER_STEPS = 20_000
 _HMC_TRAJECTORY = math.pi / 2
+#: How often a checkpointed run saves the sampler's state (and on Ctrl-C): a minute of work at most is redone.
+SAVE_EVERY_SECONDS = 60.0
 
 
 @dataclass
@@ -368,6 +371,12 @@ class _DualAveraging:
     def final(self):
         return torch.exp(self.x_bar)
 
+    def state(self) -> dict:
+        return {"mu": self.mu, "t": self.t, "h_bar": self.h_bar, "x_bar": self.x_bar}
+
+    def load(self, state: dict) -> None:
+        self.mu, self.t, self.h_bar, self.x_bar = state["mu"], int(state["t"]), state["h_bar"], state["x_bar"]
+
 
 def _reasonable_step_size(dyn, z, u, g, step_size, generator):
     """Hoffman & Gelman's heuristic, per chain: double (or halve) the step until the acceptance of one
@@ -407,6 +416,17 @@ class _MassWindow:
         delta2 = z - self.mean
         self.m2 += delta.unsqueeze(-1) * delta2.unsqueeze(-2) if self.dense else delta * delta2
 
+    def state(self) -> dict:
+        return {"dense": self.dense, "n": self.n, "mean": self.mean, "m2": self.m2}
+
+    @classmethod
+    def from_state(cls, state: dict | None):
+        if state is None:
+            return None
+        window = cls.__new__(cls)
+        window.dense, window.n, window.mean, window.m2 = bool(state["dense"]), int(state["n"]), state["mean"], state["m2"]
+        return window
+
     def inverse_mass(self, dtype):
         """Stan's regularised estimate: n/(n+5) cov + 1e-3 * 5/(n+5) I."""
         n = self.n
@@ -436,7 +456,8 @@ def _initial_points(dyn, chains, dim, dtype, generator, tries=100):
 
 def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel: str = "nuts",
            target_accept: float = 0.8, max_tree_depth: int = 10, full_mass: bool = False, seed: int = 0,
-           compile: bool | str = "auto", progress: bool = False) -> Chains:
+           compile: bool | str = "auto", progress: bool = False, resume: dict | None = None,
+           on_save=None, save_every: float = SAVE_EVERY_SECONDS) -> Chains:
     """Run ``chains`` chains together: ``warmup`` adapted draws (discarded), then ``samples`` draws.
 
     ``potential``: a :class:`~pyro_bdl.inference.potential.FlatPotential`; ``tensors``: its data tensors
@@ -445,6 +466,10 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     potential: TorchScript, or compiled by inductor (``compile=True``; seconds to a minute to compile);
     ``compile="auto"`` compiles once the run, projected from the leapfrog steps of its first draws, needs
     more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the same draws.
+
+    ``on_save(state)`` is called with the sampler's whole state (tensors and numbers, as a checkpoint holds
+    them) every ``save_every`` seconds and when the run is interrupted (Ctrl-C, re-raised after the save);
+    ``resume=state`` goes on from it, drawing exactly what the uninterrupted run would have drawn.
     """
     if kernel not in ("nuts", "hmc"):
         raise ValueError(f"unknown kernel '{kernel}': 'nuts' or 'hmc'")
@@ -462,10 +487,14 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
               if compile == "auto" else {})
     decide.pop(0, None)
     counted = {}
-    z, u, g = _initial_points(dyn, chains, dim, dtype, generator)
-    step_size = torch.ones(chains, dtype=torch.float64)
-    if warmup > 0:
-        step_size = _reasonable_step_size(dyn, z, u, g, step_size, generator)
+    start = 0
+    if resume is None:
+        z, u, g = _initial_points(dyn, chains, dim, dtype, generator)
+        step_size = torch.ones(chains, dtype=torch.float64)
+        if warmup > 0:
+            step_size = _reasonable_step_size(dyn, z, u, g, step_size, generator)
+    else:
+        z, u, g, step_size = resume["z"], resume["u"], resume["g"], resume["step_size"]
     averaging = _DualAveraging(step_size, target_accept)
     windows = {last: first for first, last in adaptation_windows(warmup)}
     window_firsts = set(windows.values())
@@ -481,17 +510,51 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     if kernel != "nuts":
         del rows["tree_depth"]
     accept_sum = torch.zeros(chains, dtype=torch.float64)
-    iterations = range(warmup + samples)
+    if resume is not None:
+        start, counted = int(resume["iteration"]), {int(k): int(v) for k, v in resume["counted"].items()}
+        potential.evaluations, dyn.compile = int(resume["evaluations"]), bool(resume["compile"])
+        averaging.load(resume["averaging"])
+        mass_window = _MassWindow.from_state(resume["mass_window"])
+        dyn.set_mass(resume["inverse_mass"])
+        generator.set_state(resume["generator"])
+        kept = resume["theta"].shape[1]
+        theta[:, :kept] = resume["theta"]
+        rows = {key: [column.numpy() for column in resume["rows"][key].unbind(1)] for key in rows}
+        accept_sum = resume["accept_sum"]
+
+    def snapshot(i, generator_state) -> dict:
+        """The state before iteration ``i`` (``generator_state``: the generator's then)."""
+        return {"iteration": i, "z": z, "u": u, "g": g, "step_size": step_size, "averaging": averaging.state(),
+                "mass_window": None if mass_window is None else mass_window.state(),
+                "inverse_mass": dyn.inverse_mass, "generator": generator_state,
+                "theta": theta[:, :max(i - warmup, 0)].clone(),
+                "rows": {key: torch.as_tensor(np.stack(v, axis=1) if v else np.zeros((chains, 0)))
+                         for key, v in rows.items()},
+                "accept_sum": accept_sum.clone(), "compile": bool(dyn.compile), "counted": dict(counted),
+                "evaluations": potential.evaluations}
+
+    iterations = range(start, warmup + samples)
     if progress:
         from tqdm.auto import tqdm
 
-        iterations = tqdm(iterations, desc=f"{kernel} ({chains} chains)")
+        iterations = tqdm(iterations, desc=f"{kernel} ({chains} chains)", initial=start, total=warmup + samples)
+    last_save = time.monotonic()
     for i in iterations:
+        if on_save is not None and time.monotonic() - last_save > save_every:
+            on_save(snapshot(i, generator.get_state()))
+            last_save = time.monotonic()
+        generator_state = generator.get_state() if on_save is not None else None
         counted[i] = potential.evaluations
         if i in decide and not dyn.compile:  # deterministic: counts steps, never times them
             per_draw = (potential.evaluations - counted[i // 2]) / (i - i // 2)
             dyn.compile = per_draw * (warmup + samples - i) > decide[i] * COMPILE_AFTER_STEPS
-        (z, u, g), stats = transition(z, u, g, step_size)
+        try:
+            (z, u, g), stats = transition(z, u, g, step_size)
+        except KeyboardInterrupt:
+            if on_save is not None:
+                del counted[i]
+                on_save(snapshot(i, generator_state))
+            raise
         if i < warmup:
             step_size = averaging.update(stats["accept"].double())
             if i in window_firsts:

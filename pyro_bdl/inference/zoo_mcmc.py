@@ -6,9 +6,11 @@ shared across fits of the same model and data shapes), runs all chains together 
 :class:`~pyro_bdl.inference.base.Draws` as Pyro's kernels: draws in constrained space and the
 per-draw ``diverging``, ``step_size``, ``n_steps``, ``tree_depth`` (NUTS), ``lp``.
 
-Checkpoints hold finished chains, as with Pyro's kernels; the chains of one batch finish together,
-so an interrupted run resumes after the last finished batch (a rerun with more chains runs the
-missing ones).  The seed of a batch is drawn from torch's global generator (``pyro.set_rng_seed``).
+Checkpoints hold finished chains, as with Pyro's kernels (a rerun with more chains runs the missing ones),
+and the state of the batch being run, saved every minute and on Ctrl-C
+(:data:`~pyro_bdl.inference.nuts_kernel.SAVE_EVERY_SECONDS`): an interrupted run resumes where it stopped
+and draws what the uninterrupted run would have drawn.  The seed of a batch is drawn from torch's global
+generator (``pyro.set_rng_seed``).
 """
 
 from __future__ import annotations
@@ -42,16 +44,22 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
     Same arguments as :func:`pyro_bdl.inference.mcmc.run_mcmc`."""
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
-    if done:
+    if done or "batch" in state:
         set_rng_state(state["rng"])
     remaining = chains - len(done)
     if remaining > 0:
-        seed = int(torch.randint(0, 2**62, ()))
+        batch = state.get("batch")  # an interrupted batch: its generator's state is in it, no new seed
+        seed = int(torch.randint(0, 2**62, ())) if batch is None else 0
+        rng = rng_state()
+
+        def save_batch(sampler_state):
+            checkpoint.save({"chains": done, "rng": rng, "batch": sampler_state})
+
         potential = flat_potential(model, data, remaining, compile=False)
         out = sample(potential, potential.data_tensors(data), chains=remaining, warmup=warmup, samples=samples,
                      kernel=name, target_accept=target_accept, max_tree_depth=max_tree_depth,
                      full_mass=as_flag(full_mass), seed=seed, compile=True if as_flag(jit) else "auto",
-                     progress=progress)
+                     progress=progress, resume=batch, on_save=None if checkpoint is None else save_batch)
         values = potential.unpack(out.theta)
         for c in range(remaining):
             done.append({"samples": {k: v[c].detach().clone() for k, v in values.items()},

@@ -1,0 +1,82 @@
+"""Held-out metrics are in the original units of the data (the fit itself runs on standardised targets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import pyro_bdl
+from pyro_bdl.datasets import split_dataset
+from pyro_bdl.reports import evaluate_fit
+
+
+def _rescaled(ds, scale, shift):
+    return dataclasses.replace(ds, y=ds.y * scale + shift)
+
+
+def test_regression_metrics_are_in_the_units_of_the_target():
+    """Fitting y and c*y + d gives the same standardised fit (same seed), so RMSE scales by c and
+    the test log density per point drops by log c: a metric computed in standardised units would not move."""
+    train, test = split_dataset(pyro_bdl.load("sine"), 0.2)
+    scale, shift = 1000.0, -40.0
+
+    def metrics(tr, te):
+        with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
+            fit = pyro_bdl.fit("bnn-regressor", tr, inference="map", steps=300, progress=False, options={"hidden": "16"})
+        return evaluate_fit(fit, te)
+
+    plain = metrics(train, test)
+    big = metrics(_rescaled(train, scale, shift), _rescaled(test, scale, shift))
+    assert big["rmse"] == pytest.approx(scale * plain["rmse"], rel=1e-3)
+    assert big["test_ll"] == pytest.approx(plain["test_ll"] - math.log(scale), abs=1e-3)
+    assert big["coverage_94"] == plain["coverage_94"]
+
+
+# --------------------------------------------------------------------------- the report recipes
+
+def test_gap_report_is_the_gap_check_of_the_predictive_on_the_problem_grid():
+    """gap_report = predict on the problem's grid + check_gap, and its row says the same numbers."""
+    from pyro_bdl.datasets import SINE_PROBLEM, sine_curve, sine_gap_ratio, sine_grid
+    from pyro_bdl.reports import gap_report
+    from pyro_bdl.uncertainty import rmse
+
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 200 steps: short on purpose
+        fit = pyro_bdl.fit("bnn-regressor", "sine", inference="map", steps=200, progress=False, options={"hidden": "8"})
+    report = gap_report(fit)
+    grid = sine_grid(400)
+    table = fit.predict(grid)
+    x = grid[:, 0].numpy()
+    assert report.problem is SINE_PROBLEM and np.array_equal(report.x, x)
+    assert report.check.ratio == pytest.approx(sine_gap_ratio(x, table["sd"].to_numpy()))
+    truth = sine_curve(x.astype(np.float64))
+    assert report.check.rmse == pytest.approx(rmse(table["mean"].to_numpy()[report.inside], truth[report.inside]))
+    row = report.row()
+    assert row["gap / data"] == report.check.ratio and row["passes"] == report.check.passed
+    assert row["sd in gap"] == pytest.approx(table["sd"].to_numpy()[report.gap].mean())
+    assert not report.check.passed  # a point estimate: the noise sd in the gap too
+
+
+def test_classification_report_rows_and_errors():
+    from pyro_bdl.datasets import digits_ood, digits_split
+    from pyro_bdl.reports import classification_report
+    from pyro_bdl.uncertainty import accuracy, auroc
+
+    train, test = digits_split()
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 100 steps: short on purpose
+        fit = pyro_bdl.fit("bnn-classifier", train, inference="map", steps=100, progress=False, options={"hidden": "16"})
+    noise = digits_ood(test, "noise")
+    table, row = classification_report(fit, test, {"noise": noise})
+    prob = table[[f"prob_{c}" for c in range(10)]].to_numpy()
+    assert row["accuracy"] == accuracy(prob, test.y.numpy()) and row["accuracy"] > 0.5
+    assert row["AUROC noise (entropy)"] == auroc(table["entropy"], fit.predict(noise)["entropy"])
+    assert sorted(row) == ["AUROC noise (entropy)", "AUROC noise (mutual info)", "ECE", "NLL", "accuracy"]
+    unlabelled = dataclasses.replace(test, y=None)
+    with pytest.raises(ValueError, match="needs labels"):
+        classification_report(fit, unlabelled)
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+        reg = pyro_bdl.fit("blr", "linear", inference="map", steps=20, progress=False)
+    with pytest.raises(ValueError, match="classifier"):
+        classification_report(reg, pyro_bdl.load("linear"))
