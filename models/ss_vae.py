@@ -17,9 +17,9 @@ where :math:`y` is summed out exactly (enumerated: ``TraceEnum_ELBO``),
     \log p(x) \ge \sum_{c=1}^C q_\phi(c \mid x) \Big( \mathbb E_{q(z \mid x, c)}
     \log \frac{p(x \mid c, z) p(c) p(z)}{q(z \mid x, c)} - \log q_\phi(c \mid x) \Big),
 
-plus the paper's auxiliary classification term :math:`\alpha \sum_{\text{labelled}} \log q_\phi(y_i \mid x_i)` with
-:math:`\alpha = ` ``aux_weight`` :math:`\times\, n` (the paper: 0.1 n), so that the classifier also learns from the
-labels directly.  Labelled and unlabelled rows are two plates, each subsampled to ``batch_size`` rows and scaled
+plus the paper's auxiliary classification term (its Eq. 9) :math:`\alpha\, \frac{1}{n_l} \sum_{\text{labelled}}
+\log q_\phi(y_i \mid x_i)`, the mean over the :math:`n_l` labelled rows, with :math:`\alpha = ` ``aux_weight``
+:math:`\times\, n` (the paper: 0.1 n), so that the classifier also learns from the labels directly.  Labelled and unlabelled rows are two plates, each subsampled to ``batch_size`` rows and scaled
 to its size.  The fit answers with :math:`q_\phi(y \mid x)`: class probabilities per row.
 
 Example
@@ -85,8 +85,8 @@ def ss_vae(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weight
             z = pyro.sample("z_labelled", prior_z)
             pyro.sample("x_labelled", dist.Bernoulli(logits=decode(_with_label(z, yl, C)), validate_args=False)
                         .to_event(1), obs=xl)
-            # the auxiliary classification term: alpha log q(y_i | x_i)
-            with poutine.scale(scale=aux_weight * x.shape[0]):
+            # the auxiliary classification term: alpha / n_l log q(y_i | x_i), alpha = aux_weight * n
+            with poutine.scale(scale=aux_weight * x.shape[0] / len(labelled)):
                 pyro.sample("y_aux", dist.Categorical(logits=classify(xl)), obs=yl)
     if len(unlabelled):
         with pyro.plate("unlabelled", len(unlabelled), subsample_size=_batch(len(unlabelled), batch_size)) as j:
