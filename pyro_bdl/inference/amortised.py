@@ -30,7 +30,7 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO
 
-from ..marginal import IWAE_ELBO, estimate
+from ..marginal import IWAE_ELBO, estimate, particle_dim
 from .base import Draws
 from .svi import _load_parameters, _parameters, make_elbo, optimise
 
@@ -40,9 +40,10 @@ __all__ = ["run_svi_amortised", "ELBOS", "make_loss", "EarlyStopping"]
 ELBOS = ("trace", "iwae", "enum", "tracegraph")
 
 
-def make_loss(elbo: str, particles: int, jit=False):
+def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
     """The training loss named by the ``elbo`` setting, with ``particles`` draws; ``jit``: the compiled
-    Trace_ELBO (:mod:`pyro_bdl.inference.jit`, the same loss and gradients)."""
+    Trace_ELBO (:mod:`pyro_bdl.inference.jit`, the same loss and gradients); ``plates``: the model's plate
+    nesting, for enumeration (None: Pyro guesses it, with a log message)."""
     particles = int(particles)
     vectorize = particles > 1
     if elbo == "trace":
@@ -50,7 +51,8 @@ def make_loss(elbo: str, particles: int, jit=False):
     if elbo == "iwae":
         return IWAE_ELBO(num_particles=particles)
     if elbo == "enum":
-        return TraceEnum_ELBO(num_particles=particles, vectorize_particles=vectorize)
+        nesting = {} if plates is None else {"max_plate_nesting": plates}
+        return TraceEnum_ELBO(num_particles=particles, vectorize_particles=vectorize, **nesting)
     if elbo == "tracegraph":
         return TraceGraph_ELBO(num_particles=particles, vectorize_particles=vectorize)
     raise ValueError(f"setting 'elbo' of inference 'svi-amortised' must be one of {', '.join(ELBOS)}, got {elbo!r}")
@@ -104,7 +106,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     if guide is None or isinstance(guide, str) or not callable(guide):
         raise ValueError("inference 'svi-amortised' needs the model's own amortised guide (an encoder): a zoo model "
                          "with trait 'amortised' names it (ModelSpec.guides), or pass a guide callable")
-    loss = make_loss(elbo, particles, jit)
+    loss = make_loss(elbo, particles, jit, plates=-particle_dim(guide, data) - 1 if elbo == "enum" else None)
     if not 0.0 <= float(validation) < 1.0:
         raise ValueError(f"setting 'validation' is the fraction of rows held out, in [0, 1); got {validation}")
     n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
