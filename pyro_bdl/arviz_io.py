@@ -51,8 +51,11 @@ def _stored(samples: dict) -> tuple[dict, dict, dict, dict]:
 
 
 def to_inference_data(result) -> az.InferenceData:
-    """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`."""
-    pred = result.training_predictive
+    """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`.
+
+    A fit without posterior draws (every latent local to a row: an amortised model) has no ``posterior``,
+    ``posterior_predictive`` or ``log_likelihood`` group; the attributes go on its other groups."""
+    pred = result.training_predictive if result.samples else _observed_only(result)
     posterior, dims, coords, sparse = _stored(result.samples)
     observed = [np.asarray(v) for v in pred.observed.values()]
     constant = {  # the model's other tensor arguments (features): not the observed values again
@@ -99,11 +102,27 @@ def to_inference_data(result) -> az.InferenceData:
     return idata
 
 
+def _observed_only(result):
+    """The observed values of the likelihood sites, read from one run of the model on the fit's data (a
+    :class:`~pyro_bdl.predictive.PredictiveDraws` with nothing else)."""
+    import torch
+    from pyro import poutine
+
+    from .predictive import PredictiveDraws
+
+    with torch.no_grad(), result.own_params():
+        trace = poutine.trace(result.model).get_trace(**result.data)
+    observed = {s: trace.nodes[s]["value"].numpy() for s in result.likelihood_sites}
+    return PredictiveDraws({}, {}, {}, {}, observed, {}, {})
+
+
 def samples_from_inference_data(idata: az.InferenceData) -> dict:
-    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32), sites stored sparse
-    made whole again."""
+    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32; empty without one), sites
+    stored sparse made whole again."""
     import torch
 
+    if "posterior" not in idata.groups():
+        return {}
     samples = {}
     for name, da in idata.posterior.data_vars.items():
         value = torch.tensor(da.values, dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Command line: ``pyro-bdl list | describe | fit | predict`` (a thin layer over the Python API).
+"""Command line: ``pyro-bdl list | describe | fit | predict | sample`` (a thin layer over the Python API).
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
@@ -49,10 +49,12 @@ def _cmd_describe(args) -> None:
     print("Options (--option KEY=VALUE):")
     for key, opt in spec.options.items():
         print(f"  {key} = {opt.default!r}: {opt.doc}" + (f" ({opt.domain.describe()})" if opt.domain else ""))
-    print(f"\nSample sites (default options): {', '.join(spec.sites())}")
+    print(f"\nSample sites (default options): {', '.join(spec.sites()) or '(none global)'}")
+    if spec.local_latents:
+        print(f"Local latents (one per row): {', '.join(spec.local_latents)}")
     if spec.guides:
-        print(f"Model guides (--guide NAME): {', '.join(spec.guides)} "
-              "(the generic normal, mvn and meanfield work too)")
+        generic = "" if "amortised" in spec.traits else " (the generic normal, mvn and meanfield work too)"
+        print(f"Model guides (--guide NAME): {', '.join(spec.guides)}{generic}")
     print(f"Default data: {spec.default_data}")
     print("\nInference methods and their default settings:")
     for name in spec.methods:
@@ -97,13 +99,17 @@ def _cmd_fit(args) -> None:
     from .validate import check_out_dir, remove_stale
 
     spec = get_model(args.model)
+    if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
+        args.inference = "nuts" if "nuts" in spec.methods else spec.methods[0]
     check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
     settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles", "batch_size")}
     settings.update(parse_key_values(args.set, "--set"))  # text: fit reads numbers and flags (Method.resolve_settings)
-    test_fraction = args.test_fraction if args.test_fraction is not None else (0.2 if spec.standardize else 0.0)
+    # a held-out fifth by default for the networks and for models with their own held-out evaluation (the VAE)
+    test_fraction = args.test_fraction if args.test_fraction is not None else (
+        0.2 if spec.standardize or spec.evaluate is not None else 0.0)
     test = None
     if test_fraction > 0:
         from .datasets import split_dataset
@@ -146,13 +152,57 @@ def _cmd_predict(args) -> None:
     from .store import load_fit
     from .validate import check_out_file
 
+    from .images import is_image_file, load_images
+
     check_out_file(args.out)
     result = load_fit(args.fit_dir)
     features = result.info["feature_names"]
-    dataset = load_csv(args.data, target=None, features=features)
+    dataset = load_images(args.data) if is_image_file(args.data) else load_csv(args.data, target=None, features=features)
     table = result.predict(dataset, prob=args.prob)
     atomic_write_text(args.out, table.to_csv(index=False))
     print(f"wrote {len(table)} predictions ({', '.join(table.columns)}) to {args.out}")
+
+
+def _cmd_sample(args) -> None:
+    """New rows from a fitted model's prior (its ``size`` argument): an NPZ file with the draws (``x``) and the
+    likelihood's means (``mean``), and for square images a PNG grid of the means."""
+    import numpy as np
+
+    from .files import atomic_write
+    from .generative import simulate
+    from .store import load_fit
+    from .validate import check_out_file
+
+    check_out_file(args.out)
+    result = load_fit(args.fit_dir)
+    if result.spec.size is None:
+        raise ValueError(f"model '{result.spec.name}' cannot simulate new rows without inputs (it has no size argument)")
+    if args.num < 1:
+        raise ValueError(f"--num must be at least 1, got {args.num}")
+    drawn = simulate(result, args.num, seed=args.seed)
+    out = Path(args.out)
+    if out.suffix.lower() == ".png":
+        import math
+
+        import matplotlib.pyplot as plt
+
+        from .generative import image_grid, square_side
+
+        side = square_side(drawn["mean"].shape[-1])
+        if side is None:
+            raise ValueError("a PNG needs square images; write an .npz file instead")
+        cols = math.ceil(math.sqrt(args.num))
+        fig, ax = plt.subplots(figsize=(6, 6 * math.ceil(args.num / cols) / cols))
+        image_grid(ax, drawn["mean"].numpy(), side, cols)
+        atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+        plt.close(fig)
+    else:
+        def write(tmp):
+            with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
+                np.savez(f, **{k: v.numpy() for k, v in drawn.items()})
+
+        atomic_write(out, write)
+    print(f"wrote {args.num} new rows from the prior of {args.fit_dir} to {args.out}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="fit a model and write posterior.nc, summary.csv, metrics.json and plots")
     p.add_argument("model")
-    p.add_argument("--inference", "-i", default="nuts", help="inference method (default: nuts)")
+    p.add_argument("--inference", "-i", help="inference method (default: nuts, or the first that suits the model)")
     p.add_argument("--data", help="CSV file or embedded data set name (default: the model's own)")
     p.add_argument("--target", help="target column of a CSV file")
     p.add_argument("--out", required=True, help="output directory")
@@ -192,10 +242,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="posterior predictive for new rows")
     p.add_argument("fit_dir", help="directory written by `pyro-bdl fit`")
-    p.add_argument("--data", required=True, help="CSV with the fit's feature columns")
+    p.add_argument("--data", required=True, help="CSV with the fit's feature columns, or an IDX / NPZ image file")
     p.add_argument("--out", required=True, help="output CSV")
     p.add_argument("--prob", type=float, default=0.94, help="interval probability (default 0.94)")
     p.set_defaults(run=_cmd_predict)
+
+    p = sub.add_parser("sample", help="new rows (images) from a fitted model's prior")
+    p.add_argument("fit_dir", help="directory written by `pyro-bdl fit`")
+    p.add_argument("--num", type=int, default=64, help="how many (default 64)")
+    p.add_argument("--out", required=True, help="output file: .npz (draws x and means) or .png (a grid of the means)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=_cmd_sample)
     return parser
 
 

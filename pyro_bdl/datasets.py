@@ -55,6 +55,8 @@ __all__ = [
     "sine_gap_ratio",
     "DIGITS_OOD_KINDS",
     "digits_frame",
+    "digits01_frame",
+    "digits01_semi_frame",
     "digits_split",
     "split_dataset",
     "digits_ood",
@@ -142,6 +144,27 @@ def digits_frame() -> pd.DataFrame:
     from sklearn.datasets import load_digits
 
     return load_digits(as_frame=True).frame.copy()
+
+
+def digits01_frame() -> pd.DataFrame:
+    """The digits with pixels on [0, 1] (pixel / 16), for models of images (the embedded ``digits-01``)."""
+    frame = digits_frame()
+    pixels = [c for c in frame.columns if c != "target"]
+    frame[pixels] = frame[pixels] / 16.0
+    return frame
+
+
+def digits01_semi_frame(per_class: int = 10, seed: int = 0) -> pd.DataFrame:
+    """``digits-01`` with the labels of ``per_class`` rows of each class kept (chosen with ``seed``) and the
+    others replaced by -1 (unknown), for the semi-supervised VAE (the embedded ``digits-01-semi``)."""
+    frame = digits01_frame()
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([rng.permutation(np.flatnonzero(frame["target"].to_numpy() == c))[:per_class]
+                           for c in range(10)])
+    labels = np.full(len(frame), -1)
+    labels[keep] = frame["target"].to_numpy()[keep]
+    frame["target"] = labels
+    return frame
 
 
 def split_dataset(ds: Dataset, test_fraction: float = 0.25, seed: int = 0, stratify: bool = False
@@ -399,16 +422,24 @@ EMBEDDED: dict[str, Embedded] = {
         "scikit-learn's 8x8 digits: 1797 rows, 64 pixels (0..16), labels 0..9; "
         "fixed stratified train/test split via pyro_bdl.datasets.digits_split",
     ),
+    "digits-01": Embedded(digits01_frame, "target", "the digits with pixels scaled to [0, 1] (pixel / 16), for the VAE"),
+    "digits-01-semi": Embedded(digits01_semi_frame, "target",
+                               "digits-01 with 10 labels per class kept, the others -1 (unknown): for ss-vae"),
 }
 
 
 def load(source: str | Path, target: str | None = None) -> Dataset:
-    """An embedded data set by name, or a CSV file by path (``target`` required for CSV)."""
+    """An embedded data set by name, an image file (IDX or NPZ: :func:`pyro_bdl.images.load_images`) or a CSV file
+    by path (``target`` required for CSV)."""
     if isinstance(source, str) and source in EMBEDDED:
         emb = EMBEDDED[source]
         if target is not None and target != emb.target:
             raise DataError(f"embedded data set '{source}' has target '{emb.target}', not '{target}'")
         return from_frame(emb.make(), emb.target, name=source)
+    from .images import is_image_file, load_images
+
+    if is_image_file(source):
+        return load_images(source)
     if target is None:
         raise DataError(f"{source}: a CSV file needs a target column (--target)")
     return load_csv(source, target)

@@ -63,7 +63,10 @@ def _prepare(model, data, target, options) -> _Prepared:
         if spec.check_data is not None:
             spec.check_data(dataset)
         regression = spec.task == "regression"
-        check_training_data(dataset, regression=regression)  # warns about constant columns
+        # warns about constant columns (the inputs of a supervised model; a generative model of the columns, as the
+        # VAEs are, models a constant pixel as data)
+        check_training_data(dataset, regression=regression,
+                            features=spec.task in ("regression", "binary", "classification"))
         resolved = spec.resolve_options(options)
         if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
             resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})

@@ -138,11 +138,12 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
     if result.losses is not None:
         plot_loss(result.losses, out / "loss.png")
         written.append("loss.png")
-    else:
+    elif result.samples:
         plot_trace(idata, out / "trace.png")
         written.append("trace.png")
-    plot_posterior(idata, out / "posterior.png", point_estimate=result.point_estimate)
-    written.append("posterior.png")
+    if result.samples:  # a model whose every latent is local has no posterior draws to show
+        plot_posterior(idata, out / "posterior.png", point_estimate=result.point_estimate)
+        written.append("posterior.png")
     if spec is not None and spec.plots is not None:  # the model's own figures
-        written += spec.plots(result, out)
+        written += spec.plots(result, out, test)
     return written

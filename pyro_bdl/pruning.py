@@ -211,7 +211,7 @@ def pruning_spec(option: str = "threshold") -> dict:
             out.update({f"train_{k}_pruned": v for k, v in training_quality(result).items()})
         return out
 
-    def plots(result, out_dir) -> list[str]:
+    def plots(result, out_dir, test=None) -> list[str]:
         la = log_alphas(factors_from_params(result.params))
         if not la:
             return []

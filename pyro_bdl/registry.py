@@ -79,7 +79,9 @@ class ModelSpec:
     default_data : name of the embedded data set used when none is given.
     traits : what the model is, matched against each method's ``requires``
         (:class:`pyro_bdl.inference.Method`): ``continuous`` (every latent continuous),
-        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`).
+        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`),
+        ``amortised`` (every latent local to a row, inferred by the model's own encoder guide; the global
+        unknowns are network parameters, learned).
     features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
     target : the argument that takes the target column, (n,); None: an unsupervised model.
     size : the argument that takes the number of rows, for a model without ``features`` (the coin).
@@ -93,7 +95,6 @@ class ModelSpec:
         the data the model saw and the resolved options (e.g. sparse VD's pruned weights), and tensors to keep
         with the fit's learned parameters (``params.pt``; e.g. the guide's factors they were made from);
         None keeps the draws.
-    plots : ``(result, out_dir) -> [file names]``: the model's own figures, written with the fit's.
     guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
         ``fit(..., guide=NAME)`` next to the generic ones.
     default_guides : inference method -> guide name, overriding the method's default.
@@ -110,6 +111,11 @@ class ModelSpec:
         (e.g. which sites MC dropout drops).
     notes : what a user should know in practice (which settings a known behaviour needs), printed
         by ``pyro-bdl describe`` after the math.
+    predict : ``(result, model_kwargs) -> DataFrame``, the model's own answer per row (an amortised model
+        answers from its networks: log p(x), latent means), instead of the posterior predictive summary.
+    evaluate : ``(result, test dataset) -> dict``, the model's own held-out metrics (``test_...``).
+    plots : ``(result, out_dir, test) -> [file names]``, the model's own figures, written by the fit (``test``:
+        held-out data, or None).
     """
 
     name: str
@@ -126,7 +132,6 @@ class ModelSpec:
     exact_posterior: Callable | None = None
     report: Callable | None = None
     posterior: Callable | None = None
-    plots: Callable | None = None
     guides: Mapping[str, Callable] = field(default_factory=dict)
     default_guides: Mapping[str, str] = field(default_factory=dict)
     method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -136,6 +141,9 @@ class ModelSpec:
     init_loc_fn: Callable | None = None
     method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     notes: str = ""
+    predict: Callable | None = None
+    evaluate: Callable | None = None
+    plots: Callable | None = None
 
     @property
     def methods(self) -> tuple[str, ...]:

@@ -42,7 +42,10 @@ __all__ = ["evaluate_fit", "gap_report", "GapReport", "classification_report"]
 
 
 def evaluate_fit(result, test) -> dict:
-    """Metrics of ``result`` on the :class:`~pyro_bdl.data.Dataset` ``test`` (which has targets)."""
+    """Metrics of ``result`` on the :class:`~pyro_bdl.data.Dataset` ``test`` (which has targets, unless the model
+    evaluates itself: its spec's ``evaluate``)."""
+    if result.spec is not None and result.spec.evaluate is not None:
+        return result.spec.evaluate(result, test)
     if test.y is None:
         raise ValueError(f"{test.name}: held-out data need a target column")
     site = result.likelihood_sites[0]

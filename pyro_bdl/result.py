@@ -161,6 +161,8 @@ class FitResult:
         >>> list(fit.predict(torch.zeros(2, 3)).columns)
         ['mean', 'sd', 'aleatoric_sd', 'epistemic_sd', 'lower', 'upper']
         """
+        if self.spec is not None and self.spec.predict is not None:  # the model answers itself (amortised models)
+            return self.spec.predict(self, self.model_kwargs(new_data))
         pred = self.predictive(new_data)
         frames = [self._summarise(pred, site, prob) for site in self.likelihood_sites]
         if len(frames) == 1:
@@ -191,6 +193,10 @@ class FitResult:
         """``az.summary`` of the latent sites (for point estimates: the values only)."""
         import arviz as az
 
+        if not self.samples:  # every latent local (an amortised model): its learned parameters, tensor by tensor
+            return pd.DataFrame({name: {"size": v.numel(), "mean": float(v.double().mean()),
+                                        "sd": float(v.double().std()) if v.numel() > 1 else 0.0}
+                                 for name, v in self.params.items()}).T
         if self.point_estimate:  # one draw: no spread, no diagnostics, just the values
             rows = {}
             for name, value in self.samples.items():

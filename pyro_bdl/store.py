@@ -90,7 +90,7 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         raise FitDirectoryError(f"{fit_dir}: no posterior.nc here (is this the --out directory of `pyro-bdl fit`?)")
     try:  # any failure to read a file of the directory is an error naming the file (FitDirectoryError)
         idata = az.from_netcdf(str(path))
-        attrs = idata.posterior.attrs
+        attrs = next((idata[g].attrs for g in idata.groups() if "inference_library" in idata[g].attrs), {})
     except Exception as exc:  # h5py / netCDF4 / xarray raise OSError, ValueError, KeyError, ... for a damaged file
         raise FitDirectoryError(f"{path}: not a readable NetCDF file ({type(exc).__name__}: {exc})") from None
     if attrs.get("inference_library") != "pyro_bdl":
@@ -112,6 +112,8 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         raise FitDirectoryError(f"{path}: damaged or edited ({type(exc).__name__}: {exc})") from None
     if spec.target is not None:
         data[spec.target] = observed
+    elif spec.features is not None and spec.features not in data:  # the observed site is the data (x of a VAE)
+        data[spec.features] = observed
     if spec.size is not None:
         data[spec.size] = len(observed)
     metrics_path = Path(fit_dir) / "metrics.json"

@@ -135,12 +135,13 @@ def _check_writable(path: Path, flag: str, named: Path | None = None) -> None:
         raise OutputPathError(f"{flag} {named}: no permission to write in {probe}")
 
 
-def check_training_data(dataset, regression: bool = True) -> None:
+def check_training_data(dataset, regression: bool = True, features: bool = True) -> None:
     """Warn (:class:`DataWarning`) about constant columns of the data a model is fitted to.  A constant target
     is kept, not refused: all heads is a fair coin experiment and all one class a fair classification
     sample (no warning for those: ``regression=False``), but a regression on it has nothing to learn (its
     noise sd collapses towards zero), so the warning says so.  A constant feature column carries no
-    information (with standardisation it is centred to zero)."""
+    information (with standardisation it is centred to zero); ``features=False`` for a model of the columns
+    themselves (a VAE's pixels: a constant pixel is data, not an uninformative input)."""
     name = dataset.name
     y = dataset.y
     if regression and y is not None and len(y) > 1 and bool((y == y[0]).all()):
@@ -148,7 +149,7 @@ def check_training_data(dataset, regression: bool = True) -> None:
                       "a regression on it has nothing to learn (its noise sd collapses towards zero)", DataWarning,
                       stacklevel=3)
     X = dataset.X
-    if X.ndim == 2 and X.shape[0] > 1 and X.shape[1] > 0:
+    if features and X.ndim == 2 and X.shape[0] > 1 and X.shape[1] > 0:
         constant = torch.nonzero((X == X[0]).all(dim=0)).flatten().tolist()
         if constant:
             names = [dataset.feature_names[i] if i < len(dataset.feature_names) else str(i) for i in constant]

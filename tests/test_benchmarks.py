@@ -269,3 +269,23 @@ def test_sparse_vd_benchmark_fits_the_convolutional_net(tmp_path):
     line = next(line for line in out.splitlines() if "s/epoch" in line)
     assert line.startswith("sparse-vd-lenet5 4,8:3:10") and "compression" in line, out
     assert "LeNet-5 dense 0.80%, sparse VD 0.75% at 280x" in out
+
+
+def test_vae_speed_quick_run_prints_the_ratio(tmp_path):
+    out = run_script("benchmarks/vae_speed.py", "--quick", "--repeats", "2", cwd=tmp_path)
+    assert "ratio zoo/hand = " in out and "ratio zoo jit/hand = " in out
+    for path in ("zoo ", "zoo jit", "hand"):
+        assert f"{path:<8} epoch: median" in out, out
+
+
+def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
+    out = run_script("benchmarks/vae_mnist.py", "--quick", cwd=tmp_path)
+    assert "| elbo | 3 |" in out and "| iwae (K=5) | 3 |" in out
+    for kind in ("noise", "rotated", "inverted"):
+        assert f"| {kind} | " in out
+
+
+def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
+    out = run_script("benchmarks/ss_vae.py", "--quick", cwd=tmp_path)
+    assert "| ss-vae (M2) q(y \\| x) | 100 + unlabelled images | " in out
+    assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out

@@ -16,10 +16,12 @@ DOCUMENTED = [
     "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
     "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.log_uniform", "pyro_bdl.pruning",
-    "pyro_bdl.models.sparse_vd", "pyro_bdl.idx", "pyro_bdl.inference.optim", "pyro_bdl.cli",
+    "pyro_bdl.models.sparse_vd", "pyro_bdl.inference.optim", "pyro_bdl.cli",
     "pyro_bdl.layers", "pyro_bdl.networks", "pyro_bdl.feature_maps", "pyro_bdl.transforms", "pyro_bdl.inference.laplace",
     "pyro_bdl.inference.ggn",
     "pyro_bdl.inference.pyro_internals", "pyro_bdl.gap_problems", "pyro_bdl.validate",
+    "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.generative", "pyro_bdl.marginal", "pyro_bdl.images",
+    "pyro_bdl.image_networks",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
@@ -27,7 +29,7 @@ INTERNAL = [
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
     "pyro_bdl.inference.mcmc", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.plots",
     "pyro_bdl.predictive", "pyro_bdl.store", "pyro_bdl.inference.potential", "pyro_bdl.inference.nuts_kernel",
-    "pyro_bdl.inference.zoo_mcmc",
+    "pyro_bdl.inference.zoo_mcmc", "pyro_bdl.inference.amortised",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
 FLAGGED = {"pyro_bdl.reports", "pyro_bdl.feature_maps", "pyro_bdl.result"}

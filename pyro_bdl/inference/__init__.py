@@ -176,6 +176,8 @@ SETTING_DOMAINS: dict[str, Domain] = {
     "lr_hold": Domain(float, 0, 1, open_high=True),
     "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
     "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
+    "epochs": Domain(int, 1), "patience": Domain(int, 1), "is_samples": Domain(int, 1),
+    "validation": Domain(float, 0, 1, open_high=True),  # the fraction of rows held out for early stopping
 }
 
 

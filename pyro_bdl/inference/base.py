@@ -59,8 +59,9 @@ class Draws:
     losses : SVI loss trace, shape (steps,), or None.
     guide : the fitted guide, for SVI-type methods.
     info : scalars for metrics.json (e.g. acceptance rate, ESS of importance weights).
-    params : tensors the method's predictive needs besides the draws (its ``Method.predictive_model``),
-        saved and restored with the model's own parameters (``params.pt``).
+    params : tensors to keep with the fit besides the draws, saved and restored with the model's own parameters
+        (``params.pt``): what the method's predictive needs (its ``Method.predictive_model``), or learned
+        parameters besides the model's (an amortised guide's encoder), name -> value.
     """
 
     samples: dict[str, torch.Tensor]

@@ -124,7 +124,7 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
-             checkpoint=None, checkpoint_every: int = 500, **adam) -> np.ndarray:
+             checkpoint=None, checkpoint_every: int = 500, monitor=None, **adam) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
     :func:`make_svi`); return the loss trace.
 
@@ -133,10 +133,14 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     ``SNAPSHOT_EVERY`` steps), so the fit still has a guide to draw from.  With a
     :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
     every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it stopped.
+
+    ``monitor`` (optional) watches training: ``monitor.after_step(step, losses, bar)`` runs after every step
+    (it owns the progress bar's postfix) and returns True to stop (early stopping); ``monitor.state()`` (tensors,
+    numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.
     """
     svi = make_svi(model, guide, loss, lr=lr, steps=steps, **adam)
     optim = svi.optim
-    losses = _resume(checkpoint, guide, optim, data)
+    losses = _resume(checkpoint, model, guide, optim, data, monitor)
     first = len(losses)
     if first and getattr(loss, "fixed_params", False):
         # a compiled loss draws more at its first call (it runs and traces the ELBO) than a replay does: build
@@ -173,14 +177,17 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                     params = _parameters()
                     if _all_finite(params.values()):
                         snapshot = (step + 1, params)
-                if step % 50 == 0 or step == steps - 1:
+                if monitor is None and (step % 50 == 0 or step == steps - 1):
                     bar.set_postfix(loss=f"{value:.4g}", refresh=False)
                 bar.update()
+                stop = monitor is not None and monitor.after_step(step, losses, bar)
                 if checkpoint is not None and (step + 1) % checkpoint_every == 0:
-                    _save(checkpoint, optim, losses)
+                    _save(checkpoint, optim, losses, monitor)
+                if stop:
+                    break
         except KeyboardInterrupt:
             if checkpoint is not None:
-                _save(checkpoint, optim, losses)
+                _save(checkpoint, optim, losses, monitor)
             raise
     return np.asarray(losses, dtype=float)
 
@@ -218,24 +225,29 @@ def _restore_if_broken(snapshot) -> int | None:
     return step
 
 
-def _save(checkpoint, optim, losses) -> None:
+def _save(checkpoint, optim, losses, monitor=None) -> None:
     checkpoint.save({
         "losses": torch.tensor(losses, dtype=torch.float64),
         "params": _parameters(),
         "optim": optim.get_state(),
         "rng": rng_state(),  # torch, numpy, Python: the minibatches and draws still to come
+        **({"monitor": monitor.state()} if monitor is not None else {}),
     })
 
 
-def _resume(checkpoint, guide, optim, data) -> list:
+def _resume(checkpoint, model, guide, optim, data, monitor=None) -> list:
     """Restore a saved run into the param store and optimiser; returns the losses so far."""
     state = checkpoint.load() if checkpoint is not None else None
     if state is None:
         return []
     with poutine.block(), torch.no_grad():
-        guide(**data)  # create the guide's parameters, then overwrite them
+        guide(**data)  # create the guide's parameters (and the model's own), then overwrite them
+        if any(name not in pyro.get_param_store() for name in state["params"]):
+            model(**data)
     _load_parameters(state["params"])
     optim.set_state(state["optim"])
+    if monitor is not None and "monitor" in state:
+        monitor.load(state["monitor"])
     set_rng_state(state["rng"])
     return state["losses"].tolist()
 

@@ -1,0 +1,368 @@
+"""The VAE (models/vae.py) and what serves it: the per-row importance weights (pyro_bdl.marginal), the
+amortised training method, the image loaders, the fit directory and the command line.
+
+The exact check: with a linear decoder and a Gaussian likelihood the VAE is factor analysis,
+x ~ N(b, W W^T + diag(s^2)), so log p(x) is known; the importance-sampled estimate must reach it within its Monte
+Carlo error and the ELBO must lie below it.  Tolerances are multiples of standard errors computed from the draws.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import RenyiELBO, Trace_ELBO
+
+import pyro_bdl
+from pyro_bdl.cli import main
+from pyro_bdl.data import DataError, Dataset
+from pyro_bdl.generative import estimate_rows, latents, simulate
+from pyro_bdl.images import load_images, mnist_split
+from pyro_bdl.marginal import IWAE_ELBO, estimate, log_weights
+from pyro_bdl.store import PARAMS, write_fit
+
+SPEC = pyro_bdl.get_model("vae")
+SMALL = {"latent_dim": 2, "hidden": (16,)}
+
+
+def factor_data(n=300, D=6, L=2, seed=0) -> Dataset:
+    """Rows of factor analysis: x = W z + b + noise, z ~ N(0, I_L), per-coordinate noise sds 0.2..0.7."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(D, L, generator=g)
+    b = torch.randn(D, generator=g)
+    sd = torch.linspace(0.2, 0.7, D)
+    x = torch.randn(n, L, generator=g) @ W.T + b + sd * torch.randn(n, D, generator=g)
+    return Dataset("factor", x, None, [f"x{j}" for j in range(D)], None)
+
+
+def exact_log_px(fit, x: torch.Tensor) -> torch.Tensor:
+    """log N(x; b, W W^T + diag(s^2)) with the fit's decoder (linear) and pixel sds."""
+    W = fit.params["vae.decoder$$$net.0.weight"].double()
+    b = fit.params["vae.decoder$$$net.0.bias"].double()
+    sd = fit.params["vae.pixel_sd"].double()
+    cov = W @ W.T + torch.diag(sd**2)
+    return dist.MultivariateNormal(b, covariance_matrix=cov).log_prob(x.double())
+
+
+@pytest.fixture(scope="module")
+def linear_fit():
+    data = factor_data()
+    fit = pyro_bdl.fit("vae", data, inference="svi-amortised", options={"arch": "linear", "likelihood": "gaussian",
+                       "latent_dim": 2, "hidden": (32,)}, epochs=150, batch_size=64, lr=1e-2, is_samples=100,
+                       progress=False)
+    return fit, data
+
+
+def exact_posterior_guide(fit, widen: float = 1.0):
+    """q(z | x) = the exact posterior of the fit's factor-analysis model, its sd times ``widen``:
+    N(M^-1 W^T Psi^-1 (x - b), M^-1) with M = I + W^T Psi^-1 W, Psi = diag(s^2)."""
+    W = fit.params["vae.decoder$$$net.0.weight"]
+    b = fit.params["vae.decoder$$$net.0.bias"]
+    psi_inv = fit.params["vae.pixel_sd"] ** -2
+    cov = torch.linalg.inv(torch.eye(W.shape[1]) + W.T @ (psi_inv[:, None] * W))
+
+    def guide(x=None, **_):
+        with pyro.plate("data", x.shape[0]):
+            mean = (x - b) @ (psi_inv[:, None] * W) @ cov
+            pyro.sample("z", dist.MultivariateNormal(mean, covariance_matrix=widen**2 * cov))
+
+    return guide
+
+
+def test_importance_sampled_log_px_reaches_the_exact_marginal(linear_fit):
+    """The estimator on the VAE's own model (the fitted decoder and pixel sds): with the exact posterior as
+    proposal every weight is p(x); with a wider proposal (weights of finite variance, so the standard error is
+    valid) the estimate is within its Monte Carlo error of log p(x) for every row."""
+    fit, data = linear_fit
+    x = data.X[:40]
+    exact = exact_log_px(fit, x)
+    with fit.own_params():
+        est = estimate(fit.model, exact_posterior_guide(fit), {"x": x}, particles=10)
+        assert torch.allclose(est.log_px, exact, atol=1e-3) and torch.allclose(est.elbo, exact, atol=1e-3)
+        est = estimate(fit.model, exact_posterior_guide(fit, widen=1.3), {"x": x}, particles=4000)
+    z = (est.log_px - exact) / est.log_px_se
+    assert z.abs().max() < 4.5, z  # 40 rows: each within 4.5 standard errors
+    assert float(est.log_px_se.max()) < 0.02
+
+
+def test_the_trained_encoders_elbo_lies_below_the_exact_marginal_and_the_estimate_closes_the_gap(linear_fit):
+    fit, data = linear_fit
+    x = data.X[:40]
+    exact = exact_log_px(fit, x)
+    many, few = estimate_rows(fit, x, particles=4000), estimate_rows(fit, x, particles=5)
+    # the ELBO (its mean over 4000 draws: Monte Carlo error below 0.05 nats here) is below log p(x) on every row
+    assert bool((many.elbo < exact + 0.05).all()) and float((exact - many.elbo).mean()) > 0.05
+    # the estimate lies between: E log p_hat <= log p (beyond its error), and more draws close more of the gap
+    assert bool((many.log_px < exact + 4.5 * many.log_px_se).all())
+    gap_many, gap_few = float((exact - many.log_px).mean()), float((exact - few.log_px).mean())
+    assert gap_many < gap_few < float((exact - many.elbo).mean())
+    # the fit learned the data: its marginal gives these rows about -7.7 nats each (an untrained decoder far less)
+    assert float(exact.mean()) > -9.0
+
+
+def test_the_importance_weights_of_an_exact_guide_are_constant():
+    def model(x):
+        with pyro.plate("data", len(x)):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def guide(x):
+        with pyro.plate("data", len(x)):
+            pyro.sample("z", dist.Normal(x / 2, 0.5**0.5))
+
+    x = torch.linspace(-2, 2, 7)
+    est = estimate(model, guide, {"x": x}, particles=50, chunk=20)  # chunked over draws and rows
+    assert torch.allclose(est.log_px, dist.Normal(0.0, 2**0.5).log_prob(x).double(), atol=1e-5)
+
+
+def _scaled_losses(loss, model, guide, x, batch, repeats):
+    return torch.tensor([float(loss(model, guide, x=x, batch_size=batch)) for _ in range(repeats)])
+
+
+@pytest.mark.parametrize("loss_name", ["trace", "iwae"])
+def test_minibatch_losses_are_unbiased_for_the_full_data_loss(loss_name):
+    """E over minibatches (and draws) of the n / B scaled loss = the full-data loss (same parameters)."""
+    x = torch.rand(24, 64)
+    model = SPEC.bind({**SMALL, "data_dim": 64})
+    guide = SPEC.guides["encoder"](model)
+    loss = Trace_ELBO().loss if loss_name == "trace" else IWAE_ELBO(4).loss
+    full = _scaled_losses(loss, model, guide, x, None, 200)
+    mini = _scaled_losses(loss, model, guide, x, 6, 800)
+    se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
+    assert abs(float(full.mean() - mini.mean())) < 4 * se
+
+
+def test_pyros_renyi_elbo_agrees_on_the_whole_data_but_not_on_minibatches():
+    """The reason for IWAE_ELBO: RenyiELBO(alpha=0) is the same bound without subsampling, and puts the n / B
+    factor inside the log-mean-exp with it."""
+    x = torch.rand(24, 64)
+    model = SPEC.bind({**SMALL, "data_dim": 64})
+    guide = SPEC.guides["encoder"](model)
+    ours, renyi = IWAE_ELBO(4), RenyiELBO(alpha=0, num_particles=4, vectorize_particles=True, max_plate_nesting=1)
+    full = _scaled_losses(ours.loss, model, guide, x, None, 200)
+    whole = _scaled_losses(renyi.loss, model, guide, x, None, 200)
+    se = math.sqrt(float(full.var()) / len(full) + float(whole.var()) / len(whole))
+    assert abs(float(full.mean() - whole.mean())) < 4 * se
+    mini = _scaled_losses(ours.loss, model, guide, x, 6, 600)
+    theirs = _scaled_losses(renyi.loss, model, guide, x, 6, 600)
+    se = math.sqrt(float(full.var()) / len(full) + float(theirs.var()) / len(theirs))
+    # log mean_k w^(n/B) >= (n/B) log mean_k w (power means): Renyi's minibatch loss is below the whole-data one
+    assert float(theirs.mean()) < float(full.mean()) - 4 * se
+    se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
+    assert abs(float(mini.mean() - full.mean())) < 4 * se
+
+
+def test_shapes_of_the_model_guide_and_answers():
+    x = torch.rand(10, 64)
+    model = SPEC.bind({**SMALL, "data_dim": 64})
+    trace = pyro.poutine.trace(model).get_trace(x=x, batch_size=4)
+    assert trace.nodes["z"]["value"].shape == (4, 2) and trace.nodes["x"]["value"].shape == (4, 64)
+    assert trace.nodes["x"]["scale"] == pytest.approx(10 / 4)
+    w, scale = log_weights(model, SPEC.guides["encoder"](model), {"x": x}, particles=3)
+    assert w.shape == (3, 10) and scale == 1.0
+    assert model(n=5).shape == (5, 64)
+
+
+@pytest.fixture(scope="module")
+def digits_fit():
+    train = pyro_bdl.load("digits-01")
+    return pyro_bdl.fit("vae", train, inference="svi-amortised", options=SMALL, epochs=5, is_samples=50,
+                        progress=False)
+
+
+def test_fit_reports_bound_and_estimate_and_predicts_per_row(digits_fit):
+    fit = digits_fit
+    assert fit.samples == {} and set(fit.params) >= {"vae.decoder$$$net.0.weight", "vae.encoder$$$net.0.weight"}
+    for key in ("train_elbo", "train_log_px", "train_gap", "validation_elbo", "epochs_run"):
+        assert key in fit.info, key
+    assert fit.info["train_log_px"] > fit.info["train_elbo"]
+    assert len(fit.info["elbo_history"]["validation"]) == fit.info["epochs_run"] == 5
+    table = fit.predict(torch.rand(4, 64))
+    assert list(table.columns[:3]) == ["log_px", "log_px_se", "elbo"] and len(table) == 4
+    assert {"z_mean_0", "z_mean_1", "z_sd_0", "z_sd_1"} <= set(table.columns)
+    assert bool((table["z_sd_0"] > 0).all())
+    drawn = simulate(fit, 6)
+    assert drawn["x"].shape == drawn["mean"].shape == (6, 64) and bool(((drawn["mean"] >= 0) & (drawn["mean"] <= 1)).all())
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # the other fit is one epoch long on purpose
+def test_save_and_load_give_the_same_log_px(digits_fit, tmp_path):
+    fit = digits_fit
+    files = write_fit(fit, tmp_path / "fit")
+    assert PARAMS in files and {"reconstructions.png", "samples.png", "latent.png", "elbo.png"} <= set(files)
+    rows = torch.rand(5, 64)
+    before = fit.predict(rows)
+    pyro.clear_param_store()
+    other = pyro_bdl.fit("vae", pyro_bdl.load("digits-01"), inference="svi-amortised", options=SMALL, epochs=1,
+                         is_samples=5, progress=False, seed=1)  # another fit's networks under the same names
+    back = pyro_bdl.load_fit(tmp_path / "fit")
+    after = back.predict(rows)
+    assert np.allclose(before["log_px"], after["log_px"], atol=1e-5)
+    assert np.allclose(before["z_mean_0"], after["z_mean_0"], atol=1e-6)
+    assert not np.allclose(other.predict(rows)["log_px"], after["log_px"], atol=1e-3)
+
+
+@pytest.mark.parametrize("options", [{"arch": "conv"}, {"likelihood": "continuous-bernoulli"}, {"kl_scale": 0.5}])
+def test_other_architectures_and_likelihoods_train(options):
+    fit = pyro_bdl.fit("vae", pyro_bdl.load("digits-01"), inference="svi-amortised", options={**SMALL, **options},
+                       epochs=2, is_samples=5, elbo="iwae", particles=2, progress=False)
+    assert math.isfinite(fit.info["train_log_px"]) and fit.info["options"]["data_dim"] == 64
+
+
+def test_pixels_outside_the_unit_interval_and_nan_are_refused():
+    digits = pyro_bdl.load("digits")  # pixels 0..16
+    with pytest.raises(DataError, match=r"bernoulli likelihood needs pixels in \[0, 1\]"):
+        pyro_bdl.fit("vae", Dataset("raw", digits.X, None), inference="svi-amortised", options=SMALL, epochs=1,
+                     progress=False)
+    bad = pyro_bdl.load("digits-01").X.clone()
+    bad[3, 5] = float("nan")
+    with pytest.raises(DataError, match="NaN"):
+        pyro_bdl.fit("vae", Dataset("nan", bad, None), inference="svi-amortised", options=SMALL, epochs=1,
+                     progress=False)
+    with pytest.raises(ValueError, match="likelihood must be one of"):
+        pyro_bdl.fit("vae", options={"likelihood": "poisson"}, inference="svi-amortised", epochs=1, progress=False)
+    with pytest.raises(ValueError, match="does not support inference 'nuts'"):
+        pyro_bdl.fit("vae", inference="nuts")
+
+
+def _write_idx(path, array: np.ndarray, gz: bool) -> None:
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
+    raw = header + array.astype(np.uint8).tobytes()
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_idx_and_npz_image_files(tmp_path, gz):
+    images = np.arange(3 * 4 * 4).reshape(3, 4, 4) * 5
+    suffix = ".gz" if gz else ""
+    _write_idx(tmp_path / f"tiny-images-idx3-ubyte{suffix}", images, gz)
+    _write_idx(tmp_path / f"tiny-labels-idx1-ubyte{suffix}", np.array([7, 1, 2]), gz)
+    ds = pyro_bdl.load(str(tmp_path / f"tiny-images-idx3-ubyte{suffix}"))
+    assert ds.X.shape == (3, 16) and ds.y.tolist() == [7.0, 1.0, 2.0]
+    assert torch.allclose(ds.X[0], torch.tensor(images[0].reshape(-1) / 255.0, dtype=torch.float32))
+    np.savez(tmp_path / "f.npz", images=images.astype(np.float32) / 255.0)
+    assert torch.allclose(load_images(tmp_path / "f.npz").X, ds.X) and load_images(tmp_path / "f.npz").y is None
+    (tmp_path / "bad-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(DataError, match="not an IDX file"):
+        load_images(tmp_path / "bad-images-idx3-ubyte")
+    _write_idx(tmp_path / "cut-images-idx3-ubyte", images, False)
+    (tmp_path / "cut-images-idx3-ubyte").write_bytes((tmp_path / "cut-images-idx3-ubyte").read_bytes()[:-3])
+    with pytest.raises(DataError, match="header promises"):
+        load_images(tmp_path / "cut-images-idx3-ubyte")
+    np.savez(tmp_path / "nan.npz", x=np.full((2, 4, 4), np.nan))
+    with pytest.raises(DataError, match="NaN"):
+        load_images(tmp_path / "nan.npz")
+
+
+def test_mnist_split_is_fixed_and_disjoint(tmp_path):
+    images = np.random.default_rng(0).integers(0, 256, size=(50, 4, 4))
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images, True)
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.arange(50) % 10, True)
+    train, test = mnist_split(tmp_path, train=30, test=15)
+    again, _ = mnist_split(tmp_path, train=30, test=15)
+    assert len(train) == 30 and len(test) == 15 and torch.equal(train.X, again.X)
+    rows = {tuple(r.tolist()) for r in train.X} & {tuple(r.tolist()) for r in test.X}
+    assert not rows
+
+
+def test_cli_fit_predict_sample(tmp_path, capsys):
+    out = tmp_path / "fit"
+    assert main(["fit", "vae", "--out", str(out), "--option", "latent_dim=2", "--option", "hidden=16",
+                 "--set", "epochs=3", "--set", "is_samples=20", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "svi-amortised" in printed and "test_log_px=" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    held = metrics["heldout"]
+    assert held["test_log_px"] >= held["test_elbo"] and held["test_rows"] == 360 and "train_log_px" in metrics
+    digits = pyro_bdl.load("digits-01")
+    np.savez(tmp_path / "rows.npz", x=digits.X[:4].numpy().reshape(4, 8, 8))
+    assert main(["predict", str(out), "--data", str(tmp_path / "rows.npz"), "--out", str(tmp_path / "p.csv")]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "p.csv")
+    assert len(table) == 4 and "log_px" in table and "z_mean_1" in table
+    assert main(["sample", str(out), "--num", "9", "--out", str(tmp_path / "s.npz")]) == 0
+    assert np.load(tmp_path / "s.npz")["mean"].shape == (9, 64)
+    assert main(["sample", str(out), "--num", "9", "--out", str(tmp_path / "s.png")]) == 0
+    assert (tmp_path / "s.png").stat().st_size > 0
+    raw = pyro_bdl.load("digits")
+    np.savez(tmp_path / "raw.npz", x=raw.X.numpy())
+    assert main(["fit", "vae", "--data", str(tmp_path / "raw.npz"), "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+    assert "pixels in [0, 1]" in capsys.readouterr().err and not (tmp_path / "bad" / "metrics.json").exists()
+
+
+def test_describe_and_list_show_the_vae(capsys):
+    assert main(["describe", "vae"]) == 0
+    out = capsys.readouterr().out
+    assert "IWAE" in out and "svi-amortised" in out and "Local latents (one per row): z" in out
+    assert main(["list"]) == 0
+    assert "digits-01" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: exactness only
+def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path):
+    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest."""
+    from pyro_bdl.inference import svi as svi_module
+
+    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2)
+    data = pyro_bdl.load("digits-01")
+    reference = pyro_bdl.fit("vae", data, **kw)
+    real, count = svi_module.SVI.step, {"n": 0}
+
+    def step_then_stop(self, *args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 30:  # in the third epoch (13 steps each), after two validations
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    ck = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        m.setattr(svi_module.SVI, "step", step_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            pyro_bdl.fit("vae", data, checkpoint=ck, **kw)
+    resumed = pyro_bdl.fit("vae", data, checkpoint=ck, **kw)
+    assert not ck.exists()
+    assert np.array_equal(reference.losses, resumed.losses)
+    assert reference.info["elbo_history"] == resumed.info["elbo_history"]
+    assert reference.info["best_epoch"] == resumed.info["best_epoch"]
+    assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
+
+
+# --------------------------------------------------------------------------- the semi-supervised VAE (M2)
+
+@pytest.mark.filterwarnings("ignore:y_unlabelled")  # Trace_ELBO draws the site marked for enumeration: on purpose
+def test_ss_vae_sums_out_unknown_labels_exactly():
+    """TraceEnum_ELBO's loss with y enumerated equals the expectation over q(y | x) of the loss with y drawn
+    (Trace_ELBO): the same objective, with the sum over classes done exactly."""
+    from pyro.infer import TraceEnum_ELBO
+
+    ss = pyro_bdl.get_model("ss-vae")
+    x, y = torch.rand(12, 64), torch.tensor([0, 1, 2] + [-1] * 9)
+    model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
+    guide = ss.guides["encoder"](model)
+    enum = torch.tensor([TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, x=x, y=y) for _ in range(100)])
+    drawn = torch.tensor([Trace_ELBO().loss(model, guide, x=x, y=y) for _ in range(800)])
+    se = math.sqrt(float(enum.var()) / len(enum) + float(drawn.var()) / len(drawn))
+    assert abs(float(enum.mean() - drawn.mean())) < 4 * se
+    assert float(enum.var()) < float(drawn.var())  # no noise from drawing y
+
+
+def test_ss_vae_learns_to_classify_from_few_labels():
+    semi, full = pyro_bdl.load("digits-01-semi"), pyro_bdl.load("digits-01")
+    assert int((semi.y >= 0).sum()) == 100 and torch.equal(semi.y[semi.y >= 0], full.y[semi.y >= 0])
+    fit = pyro_bdl.fit("ss-vae", semi, inference="svi-amortised", options={"latent_dim": 4, "hidden": (64,)},
+                       epochs=8, progress=False)
+    unlabelled = semi.y < 0
+    table = fit.predict(full.X[unlabelled])
+    assert [c for c in table.columns if c.startswith("prob_")] == [f"prob_{c}" for c in range(10)]
+    accuracy = float((torch.tensor(table["pred"].to_numpy()) == full.y[unlabelled].long()).double().mean())
+    assert accuracy > 0.6, accuracy  # chance is 0.1; 100 labels
+    from pyro_bdl.generative import evaluate_classifier
+
+    assert evaluate_classifier(fit, full)["test_rows"] == len(full)
