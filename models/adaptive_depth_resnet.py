@@ -41,8 +41,8 @@ Example
 >>> tr = pyro.poutine.trace(adaptive_depth_resnet).get_trace(x, y, num_classes=3, width=8, blocks=3)
 >>> tr.nodes["depth"]["value"].shape, tr.nodes["y"]["fn"].logits.shape
 (torch.Size([6]), torch.Size([6, 3]))
->>> depth_prior(3, "geometric", 0.5).tolist()
-[0.5714285969734192, 0.2857142984898376, 0.1428571492433548]
+>>> [round(p, 4) for p in depth_prior(3, "geometric", 0.5).tolist()]  # proportional to 1, 1/2, 1/4
+[0.5714, 0.2857, 0.1429]
 """
 
 from __future__ import annotations
