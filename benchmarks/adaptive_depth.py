@@ -86,7 +86,7 @@ def table_rules(name, train, test, args):
     from pyro_bdl.models.adaptive_depth_resnet import depth_inputs
     from pyro_bdl.uncertainty import auroc, expected_calibration_error
 
-    options = {"width": args.width, "blocks": args.blocks}
+    options = {"width": args.width, "blocks": args.blocks, "rate": args.rate}
     start = time.time()
     fit = fit_model(train, options, args.epochs, args.lr)
     fit_seconds = time.time() - start
@@ -188,13 +188,14 @@ def table_estimators(train, test, args):
     from pyro_bdl.depth_report import posterior_depth
     from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_inputs
 
-    base = {"width": args.width, "blocks": args.blocks, "num_classes": int(train.y.max()) + 1}
+    base = {"width": args.width, "blocks": args.blocks, "rate": args.rate, "num_classes": int(train.y.max()) + 1}
     fits = {}
     for label, options, elbo in (("exact (enum)", {}, "enum"), ("score function (tracegraph)", {"estimator": "score"}, "tracegraph"),
                                  ("relaxed (trace)", {"estimator": "relaxed"}, "trace"),
                                  ("global depth, DUN (enum)", {"depth": "global"}, "enum")):
         start = time.time()
-        fits[label] = (fit_model(train, {"width": args.width, "blocks": args.blocks, **options}, args.epochs, args.lr, elbo),
+        fits[label] = (fit_model(train, {"width": args.width, "blocks": args.blocks, "rate": args.rate, **options},
+                                 args.epochs, args.lr, elbo),
                        time.time() - start)
     # gradient variance at one point: the score-trained fit's parameters, one fixed batch
     score_fit = fits["score function (tracegraph)"][0]
@@ -202,16 +203,24 @@ def table_estimators(train, test, args):
     rows_ = torch.randperm(len(train.X), generator=g)[:128]
     batch = (train.X[rows_], train.y[rows_])
     variances = {}
-    with score_fit.own_params():
-        for label, est, loss in (("score function (tracegraph)", "score", TraceGraph_ELBO()),
-                                 ("score, no baseline (trace)", "score", Trace_ELBO()),
-                                 ("relaxed (trace)", "relaxed", Trace_ELBO())):
-            kw = {**base, "estimator": est, "temperature": 0.5}
-            model = lambda x, y, kw=kw: adaptive_depth_resnet(x, y, **kw)  # noqa: E731
-            guide = lambda x, y, kw=kw: depth_guide(x, y, **kw)  # noqa: E731
-            for p in pyro.get_param_store().values():
-                p.requires_grad_(True)
-            variances[label] = guide_grad_variance(model, guide, loss, batch, args.grad_draws)
+    from pyro_bdl.depth_networks import DepthGuide
+
+    fresh = DepthGuide(args.width, args.blocks)
+    for point in ("trained", "fresh"):
+        with score_fit.own_params():
+            store = pyro.get_param_store()
+            if point == "fresh":  # the network trained, the guide at a new random initialisation
+                for name, value in fresh.named_parameters():
+                    store[f"adaptive_depth.guide$$${name}"] = value.detach().clone()
+            for label, est, loss in (("score function (tracegraph)", "score", TraceGraph_ELBO()),
+                                     ("score, no baseline (trace)", "score", Trace_ELBO()),
+                                     ("relaxed (trace)", "relaxed", Trace_ELBO())):
+                kw = {**base, "estimator": est, "temperature": 0.5}
+                model = lambda x, y, kw=kw: adaptive_depth_resnet(x, y, **kw)  # noqa: E731
+                guide = lambda x, y, kw=kw: depth_guide(x, y, **kw)  # noqa: E731
+                for p in store.values():
+                    p.requires_grad_(True)
+                variances[label, point] = guide_grad_variance(model, guide, loss, batch, args.grad_draws)
     # the relaxed objective's bias at its final temperature: relaxed ELBO - the discrete ELBO, same guide network
     relaxed_fit = fits["relaxed (trace)"][0]
     with relaxed_fit.own_params():
@@ -235,11 +244,13 @@ def table_estimators(train, test, args):
         tv = ""
         if inp.learned and label != "global depth, DUN (enum)":
             tv = f"{float(0.5 * (inp.pi - posterior_depth(inp, test.y)).abs().sum(-1).mean()):.3f}"
-        var = variances.get(label, 0.0 if label.startswith("exact") else None)
+        var = " | ".join(f"{variances[label, point]:.3g}" if (label, point) in variances else
+                         ("0" if label.startswith("exact") else "") for point in ("fresh", "trained"))
         lines.append(f"| {label} | {float((d.pred == test.y.long()).double().mean()):.3f} | "
                      f"{float(d.blocks.double().mean()):.2f} | {100 * (1 - macs / inp.full_macs):.0f}% | "
-                     f"{'' if var is None else f'{var:.3g}'} | {tv} | {seconds:.0f} |")
-    lines.append(f"| score, no baseline (trace) | | | | {variances['score, no baseline (trace)']:.3g} | | |")
+                     f"{var} | {tv} | {seconds:.0f} |")
+    lines.append("| score, no baseline (trace) | | | | " + " | ".join(
+        f"{variances['score, no baseline (trace)', point]:.3g}" for point in ("fresh", "trained")) + " | | |")
     return lines, relaxed_elbo, discrete_elbo
 
 
@@ -250,6 +261,7 @@ def main(argv=None) -> None:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--rate", type=float, default=0.5, help="the geometric prior's rate (the model's default 0.5)")
     parser.add_argument("--noise", type=float, default=0.3, help="pixel noise sd of the noisy variant")
     parser.add_argument("--grad-draws", type=int, default=200)
     parser.add_argument("--out", default=".", help="folder for adaptive_depth.png")
@@ -273,8 +285,8 @@ def main(argv=None) -> None:
           "|---|---|---|---|---|")
     print("\n".join(harder_inputs(clean_fit, test, args, Path(args.out))))
     lines, relaxed_elbo, discrete_elbo = table_estimators(train, test, args)
-    print("\n| estimator of z | test accuracy (mode) | mean blocks | compute saved | guide gradient variance | "
-          "TV(q(z \\| x), p(z \\| x, y)) | fit seconds |\n|---|---|---|---|---|---|---|")
+    print("\n| estimator of z | test accuracy (mode) | mean blocks | compute saved | guide gradient variance, fresh guide | "
+          "trained guide | TV(q(z \\| x), p(z \\| x, y)) | fit seconds |\n|---|---|---|---|---|---|---|---|")
     print("\n".join(lines))
     print(f"\nrelaxed fit, training rows: relaxed ELBO (T = 0.5) {relaxed_elbo:.4f} per row, discrete ELBO with the "
           f"same guide {discrete_elbo:.4f}: bias {relaxed_elbo - discrete_elbo:+.4f} nats per row")

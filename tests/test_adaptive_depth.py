@@ -22,7 +22,7 @@ import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
 from pyro_bdl.depth_decisions import decide
-from pyro_bdl.depth_networks import ResidualHeads, multiply_adds
+from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, multiply_adds
 from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_prior
 from pyro_bdl.store import write_fit
 
@@ -87,6 +87,38 @@ def test_score_function_gradient_of_the_guide_is_the_enumerated_gradient_within_
     se = draws.std(0) / len(draws) ** 0.5
     z = (draws.mean(0) - exact) / se.clamp_min(1e-8)
     assert exact.abs().max() > 0.01 and z.abs().max() < 4.5, z.abs().max()
+
+
+@pytest.mark.slow
+def test_score_function_guide_converges_to_the_enumerated_posterior_over_depth():
+    """With the network fixed, q(z | x) trained by REINFORCE alone reaches the exact p(z | x, y) of every row.  At
+    the exact posterior every row's log weight is log p(y | x), whatever z is drawn, so the score-function gradient
+    has no variance there: the iterates settle (their sd over the last 200 steps is below 1e-4) and the tolerance
+    0.01 bounds what is left of the optimisation, not Monte Carlo noise."""
+    pyro.clear_param_store()
+    torch.manual_seed(0)
+    x, y = tiny_rows(n=4)
+    kw = dict(num_classes=3, estimator="score", prior="power", rate=0.0, **SMALL)
+    model = lambda x, y: adaptive_depth_resnet(x, y, **kw)  # noqa: E731
+    guide = lambda x, y: depth_guide(x, y, **kw)  # noqa: E731
+    exact = TraceEnum_ELBO(max_plate_nesting=1).compute_marginals(
+        lambda x, y: adaptive_depth_resnet(x, y, **{**kw, "estimator": "exact"}), lambda x, y: None, x, y)["depth"].probs
+    pyro.poutine.trace(guide).get_trace(x, y)
+    params = [p for name, p in pyro.get_param_store().named_parameters() if name.startswith("adaptive_depth.guide")]
+    optimiser = torch.optim.Adam(params, lr=0.02)
+    loss = TraceGraph_ELBO(num_particles=4)
+    net = pyro.module("adaptive_depth.net", ResidualHeads(6, 3, 8, 3), update_module_params=True)
+    q_net = pyro.module("adaptive_depth.guide", DepthGuide(8, 3), update_module_params=True)
+    tail = []
+    for step in range(800):
+        optimiser.zero_grad()
+        loss.loss_and_grads(model, guide, x, y)
+        optimiser.step()
+        if step >= 600:
+            with torch.no_grad():
+                tail.append(torch.softmax(q_net(net.features(x)), -1))
+    tail = torch.stack(tail)
+    assert tail.std(0).max() < 1e-4 and (tail.mean(0) - exact.detach()).abs().max() < 0.01
 
 
 def test_early_exit_mode_is_the_mode_of_the_joint_and_counts_the_blocks_it_ran():
