@@ -11,8 +11,8 @@ Example
 >>> import torch
 >>> logp = torch.log(torch.tensor([[[0.9, 0.1], [0.2, 0.8]]]))      # one row, L = 2 depths, C = 2
 >>> inp = DepthInputs(logp, torch.tensor([[0.5, 0.5]]), torch.tensor([0.5, 0.5]), False, 4, 0, 3)
->>> posterior_depth(inp, torch.tensor([1])).tolist()                 # p(z | x, y = 1) = (0.1, 0.8) / 0.9
-[[0.1111111119389534, 0.8888888955116211]]
+>>> [round(p, 4) for p in posterior_depth(inp, torch.tensor([1]))[0].tolist()]  # p(z | x, y = 1) = (0.1, 0.8) / 0.9
+[0.1111, 0.8889]
 >>> scores(inp, torch.tensor([0]), threshold=0.85)["test_threshold_depth"]
 1.0
 """

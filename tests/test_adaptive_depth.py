@@ -200,6 +200,10 @@ def test_bad_options_give_clear_errors():
             adaptive_depth_resnet(x, y, num_classes=3, **SMALL, **options)
     with pytest.raises(ValueError, match="rule must be one of mode, sample, threshold, marginal"):
         pyro_bdl.get_model("adaptive-depth-resnet").resolve_options({"rule": "best"})
+    with pytest.raises(ValueError, match="option 'temperature'.*> 0"):
+        pyro_bdl.get_model("adaptive-depth-resnet").resolve_options({"temperature": "0"})
+    with pytest.raises(ValueError, match="option 'threshold'"):
+        pyro_bdl.get_model("adaptive-depth-resnet").resolve_options({"threshold": "1.5"})
     with pytest.raises(ValueError, match="jit=false"):
         pyro_bdl.fit("adaptive-depth-resnet", inference="svi-amortised", options={**SMALL, "estimator": "relaxed"},
                      elbo="trace", jit=True, epochs=1, progress=False)
