@@ -1,5 +1,5 @@
 """The zoo. Importing this package registers every model with :mod:`pyro_bdl.registry`."""
 
-from . import blr, bnn, coin, last_layer, sparse_vd, ss_vae, vae  # noqa: F401
+from . import adaptive_depth_resnet, blr, bnn, coin, last_layer, sparse_vd, ss_vae, vae  # noqa: F401
 
-__all__ = ["blr", "bnn", "coin", "last_layer", "sparse_vd", "ss_vae", "vae"]
+__all__ = ["adaptive_depth_resnet", "blr", "bnn", "coin", "last_layer", "sparse_vd", "ss_vae", "vae"]

@@ -289,3 +289,11 @@ def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
     out = run_script("benchmarks/ss_vae.py", "--quick", cwd=tmp_path)
     assert "| ss-vae (M2) q(y \\| x) | 100 + unlabelled images | " in out
     assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out
+
+
+def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):
+    out = run_script("benchmarks/adaptive_depth.py", "--quick", "--out", str(tmp_path), cwd=tmp_path)
+    assert "| digits | full-depth ResNet (MAP) |" in out and "| noisy digits | adaptive depth, marginal |" in out
+    assert "| noisy | misclassified |" in out or "| noisy | correct |" in out
+    assert "| score function (tracegraph) |" in out and "relaxed ELBO (T = 0.5)" in out
+    assert (tmp_path / "adaptive_depth.png").stat().st_size > 0
