@@ -45,7 +45,7 @@ from pyro.poutine.util import site_is_subsample
 
 from .checkpoint import kept_rng
 
-__all__ = ["log_weights", "particle_dim", "estimate", "Estimate", "IWAE_ELBO", "CHUNK", "row_slices"]
+__all__ = ["log_weights", "particle_dim", "plate_nesting", "estimate", "Estimate", "IWAE_ELBO", "CHUNK", "row_slices"]
 
 #: (row, draw) pairs per chunk: 16384 x 784 pixels of decoder output is 50 MB.
 CHUNK = 16384
@@ -55,6 +55,14 @@ PARTICLES = "_pyro_bdl_particles"
 def _nesting(trace) -> int:
     return max((-f.dim for node in trace.nodes.values() if node["type"] == "sample"
                 for f in node["cond_indep_stack"] if f.vectorized and f.dim is not None), default=0)
+
+
+def plate_nesting(model, guide, data: dict) -> int:
+    """How many plates the model and guide nest (one run of each, blocked): enumeration goes left of them."""
+    with poutine.block():
+        guide_trace = poutine.trace(guide).get_trace(**data)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(**data)
+    return max(_nesting(guide_trace), _nesting(model_trace))
 
 
 def particle_dim(guide, data: dict) -> int:

@@ -30,7 +30,7 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO
 
-from ..marginal import IWAE_ELBO, estimate, particle_dim
+from ..marginal import IWAE_ELBO, estimate, plate_nesting
 from .base import Draws
 from .svi import _load_parameters, _parameters, make_elbo, optimise
 
@@ -106,7 +106,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     if guide is None or isinstance(guide, str) or not callable(guide):
         raise ValueError("inference 'svi-amortised' needs the model's own amortised guide (an encoder): a zoo model "
                          "with trait 'amortised' names it (ModelSpec.guides), or pass a guide callable")
-    loss = make_loss(elbo, particles, jit, plates=-particle_dim(guide, data) - 1 if elbo == "enum" else None)
+    loss = make_loss(elbo, particles, jit, plates=plate_nesting(model, guide, data) if elbo == "enum" else None)
     if not 0.0 <= float(validation) < 1.0:
         raise ValueError(f"setting 'validation' is the fraction of rows held out, in [0, 1); got {validation}")
     n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
