@@ -61,7 +61,7 @@ from pyro_bdl.depth_decisions import RULES
 from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, guide_multiply_adds
 from pyro_bdl.image_networks import registered
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import ModelSpec, Option, choice, register
 
 __all__ = ["adaptive_depth_resnet", "depth_guide", "depth_prior", "depth_inputs", "PRIORS", "DEPTHS", "ESTIMATORS"]
 
@@ -174,14 +174,6 @@ def _check_data(dataset) -> None:
         raise DataError(f"{dataset.name}: adaptive-depth-resnet needs class labels 0, 1, ...")
 
 
-def _choice(name, choices):
-    def parse(text):
-        if text not in choices:
-            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
-        return text
-    return parse
-
-
 register(ModelSpec(
     name="adaptive-depth-resnet",
     model=adaptive_depth_resnet,
@@ -190,15 +182,15 @@ register(ModelSpec(
         "num_classes": Option(None, "number of classes (default: from the labels)", int, domain=Domain(int, 2)),
         "width": Option(32, "width W of the residual stream", int, domain=Domain(int, 1)),
         "blocks": Option(4, "number L of residual blocks (the largest depth)", int, domain=Domain(int, 1)),
-        "prior": Option("geometric", f"prior on the depth: one of {', '.join(PRIORS)}", _choice("prior", PRIORS)),
+        "prior": Option("geometric", f"prior on the depth: one of {', '.join(PRIORS)}", choice("prior", PRIORS)),
         "rate": Option(0.5, "rho: geometric (1 - rho)^(l-1), in (0, 1); power l^-rho, >= 0",
                        domain=Domain(float, 0, finite=True)),
-        "depth": Option("per-example", f"one of {', '.join(DEPTHS)} (global: DUN)", _choice("depth", DEPTHS)),
+        "depth": Option("per-example", f"one of {', '.join(DEPTHS)} (global: DUN)", choice("depth", DEPTHS)),
         "estimator": Option("exact", f"how z is inferred: one of {', '.join(ESTIMATORS)}",
-                            _choice("estimator", ESTIMATORS)),
+                            choice("estimator", ESTIMATORS)),
         "temperature": Option(0.5, "the relaxed estimator's final temperature",
                               domain=Domain(float, 0, open_low=True, finite=True)),
-        "rule": Option("mode", f"test-time decision rule: one of {', '.join(RULES)}", _choice("rule", RULES)),
+        "rule": Option("mode", f"test-time decision rule: one of {', '.join(RULES)}", choice("rule", RULES)),
         "threshold": Option(0.9, "confidence at which the threshold rule stops", domain=Domain(float, 0, 1)),
     },
     default_data="digits-01",

@@ -61,7 +61,7 @@ from pyro_bdl.data import DataError
 from pyro_bdl.image_networks import ARCHS, decoder, encoder, registered
 from pyro_bdl.inference import Domain
 from pyro_bdl.layers import hidden_widths
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import ModelSpec, Option, choice, register
 
 __all__ = ["vae", "encoder_guide", "LIKELIHOODS"]
 
@@ -119,14 +119,6 @@ def encoder_guide(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), l
             pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
 
-def _choice(name, choices):
-    def parse(text):
-        if text not in choices:
-            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
-        return text
-    return parse
-
-
 SPEC = register(ModelSpec(
     name="vae",
     model=vae,
@@ -134,9 +126,9 @@ SPEC = register(ModelSpec(
     options={
         "latent_dim": Option(10, "latent dimension L", int, domain=Domain(int, 1)),
         "hidden": Option((200,), "hidden layer widths of the encoder and decoder, e.g. 400 or 400,200", hidden_widths),
-        "likelihood": Option("bernoulli", f"one of {', '.join(LIKELIHOODS)}", _choice("likelihood", LIKELIHOODS)),
+        "likelihood": Option("bernoulli", f"one of {', '.join(LIKELIHOODS)}", choice("likelihood", LIKELIHOODS)),
         "arch": Option("mlp", f"one of {', '.join(ARCHS)} (conv: square images, side a multiple of 4)",
-                       _choice("arch", ARCHS)),
+                       choice("arch", ARCHS)),
         "kl_scale": Option(1.0, "beta, the weight of the KL term (1: the ELBO)", domain=Domain(float, 0, finite=True)),
         "data_dim": Option(None, "pixels per image (default: from the data)", int, domain=Domain(int, 1)),
     },

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-__all__ = ["Option", "ModelSpec", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
+__all__ = ["Option", "choice", "ModelSpec", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
 
 def takes_minibatches(model: Callable) -> bool:
@@ -46,6 +46,19 @@ def takes_minibatches(model: Callable) -> bool:
     except (TypeError, ValueError):  # no signature to read (some builtins and C callables)
         return True
     return "batch_size" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def choice(name: str, choices) -> Callable[[str], str]:
+    """The ``parse`` of an option that takes one of ``choices`` (a clear error naming them otherwise).
+
+    >>> choice("arch", ("mlp", "conv"))("conv")
+    'conv'
+    """
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        return text
+    return parse
 
 
 @dataclass(frozen=True)
