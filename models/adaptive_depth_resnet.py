@@ -56,7 +56,7 @@ import torch
 from pyro import poutine
 
 from pyro_bdl import depth_report
-from pyro_bdl.data import DataError
+from pyro_bdl import networks
 from pyro_bdl.depth_decisions import RULES
 from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, guide_multiply_adds
 from pyro_bdl.image_networks import registered
@@ -168,12 +168,6 @@ def depth_inputs(result, x) -> depth_report.DepthInputs:
     return depth_report.DepthInputs(logp, pi, prior, learned, W, guide_macs, x.shape[-1])
 
 
-def _check_data(dataset) -> None:
-    y = dataset.y
-    if y is None or not torch.equal(y, y.round()) or bool((y < 0).any()):
-        raise DataError(f"{dataset.name}: adaptive-depth-resnet needs class labels 0, 1, ...")
-
-
 register(ModelSpec(
     name="adaptive-depth-resnet",
     model=adaptive_depth_resnet,
@@ -199,8 +193,8 @@ register(ModelSpec(
     target="y",
     local_latents=("depth",),
     task="classification",
-    check_data=_check_data,
-    infer_options=lambda dataset: {"num_classes": int(dataset.y.max()) + 1},
+    check_data=networks.check_labels,
+    infer_options=networks.num_classes,
     guides={"depth": lambda model: functools.partial(depth_guide, **model.keywords)},
     default_guides={"svi-amortised": "depth"},
     # z is summed out (estimator=exact); the validation ELBO of svi-amortised would draw z from the prior instead

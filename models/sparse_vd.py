@@ -41,27 +41,20 @@ Example
 
 from __future__ import annotations
 
-import math
-
 import pyro
 import pyro.distributions as dist
-import torch
-import torch.nn.functional as F
-from pyro.infer.autoguide.initialization import InitMessenger
-from pyro.poutine.util import site_is_subsample
 from torch.distributions import constraints
+import torch.nn.functional as F
 
 from pyro_bdl.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_example
 from pyro_bdl.inference import Domain
+from pyro_bdl.inference.guides import SparseVDGuide, init_weights
 from pyro_bdl.log_uniform import LogUniform
 from pyro_bdl.networks import BBB_SETTINGS, NOISE_INIT, network_spec
 from pyro_bdl.pruning import image_side, pruning_spec
 from pyro_bdl.registry import ModelSpec, Option, register
 
-__all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5", "SparseVDGuide", "INIT_LOG_SIGMA2"]
-
-#: Where q's log sigma^2 starts (Molchanov et al.'s code): the weights start close to a point estimate.
-INIT_LOG_SIGMA2 = -10.0
+__all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5"]
 
 
 def sparse_layers(d_in: int, widths, like) -> list:
@@ -126,52 +119,6 @@ def sparse_vd_lenet5(X, y=None, num_classes=None, channels=(10, 20), kernel=3, h
         logits = per_example(forward(h.flatten(-3), layers, activation))
         # y_i ~ Categorical(softmax(f(x_i)))
         return pyro.sample("y", dist.Categorical(logits=logits), obs=None if y is None else y[idx].long())
-
-
-def init_weights(site):
-    """Where optimisation starts a weight W (out, in) or kernel K (out, in, k, k): a draw of N(0, 1 / fan_in)
-    (random: a symmetric start makes every unit the same; the prior has no draws to start from)."""
-    shape = site["fn"].shape()
-    return torch.randn(shape) / math.sqrt(math.prod(shape[1:]))
-
-
-class SparseVDGuide:
-    r"""q(W_ij) = N(mu_ij, sigma_ij^2) for every latent (real) site, (mu, log sigma^2) learned directly.
-
-    Parameters ``{prefix}.{site}.mu`` (started by ``init_loc_fn``, default :func:`init_weights`) and
-    ``{prefix}.{site}.log_sigma2`` (started at ``init_log_sigma2``); alpha = sigma^2 / mu^2 is derived.
-    """
-
-    def __init__(self, model, init_log_sigma2: float = INIT_LOG_SIGMA2, init_loc_fn=None, prefix: str = "svd"):
-        self.model, self.prefix = model, prefix
-        self.init_log_sigma2, self.init_loc_fn = float(init_log_sigma2), init_loc_fn or init_weights
-        self._sites = None
-
-    def _setup(self, *args, **kwargs) -> None:
-        with pyro.poutine.block(), torch.no_grad():
-            trace = pyro.poutine.trace(InitMessenger(self.init_loc_fn)(self.model)).get_trace(*args, **kwargs)
-        self._sites = {}
-        for name, site in trace.nodes.items():
-            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
-                continue
-            support = site["fn"].support
-            while isinstance(support, constraints.independent):
-                support = support.base_constraint
-            if support is not constraints.real:
-                raise ValueError(f"SparseVDGuide: site '{name}' is not real-valued ({site['fn'].support})")
-            self._sites[name] = site["value"].detach()
-
-    def __call__(self, *args, **kwargs) -> dict:
-        if self._sites is None:
-            self._setup(*args, **kwargs)
-        draws = {}
-        for name, init in self._sites.items():
-            mu = pyro.param(f"{self.prefix}.{name}.mu", init.clone())
-            log_sigma2 = pyro.param(f"{self.prefix}.{name}.log_sigma2", torch.full_like(init, self.init_log_sigma2))
-            # W = mu + sigma * eps: the additive noise, sigma = exp(log sigma^2 / 2)
-            q = dist.Normal(mu, (0.5 * log_sigma2).exp()).to_event(init.dim())
-            draws[name] = pyro.sample(name, q)
-        return draws
 
 
 #: The networks' SVI path with local reparameterisation; 100 draws of the (pruned) posterior by default.

@@ -263,7 +263,8 @@ def test_the_elbo_takes_the_registered_kl_not_a_monte_carlo_estimate(compiled):
     from pyro_bdl.inference.local_reparam import LocalReparam
     from pyro_bdl.inference.svi import make_elbo
     from pyro_bdl.log_uniform import log_alpha
-    from pyro_bdl.models.sparse_vd import SparseVDGuide, sparse_vd_classifier
+    from pyro_bdl.inference.guides import SparseVDGuide
+    from pyro_bdl.models.sparse_vd import sparse_vd_classifier
 
     pyro.clear_param_store()
     X, y = torch.randn(30, 6), torch.randint(0, 3, (30,)).float()

@@ -9,6 +9,7 @@
                distribution of a real-valued site is a plain Normal, so
                :class:`~pyro.infer.TraceMeanField_ELBO` gets its KL in closed form
 ``"delta"``    :class:`pyro.infer.autoguide.AutoDelta` (point estimate)
+(a model's)    :class:`SparseVDGuide`: N(mu, sigma^2) per weight with (mu, log sigma^2) learned (sparse VD's)
 (a model's)    :class:`PrincipalAxesGuide`: a Gaussian over linear weights in the principal axes of their design
                matrix, for a model to offer as its own guide (``last-layer``'s ``axes``)
 callable       used as it is (a user-written guide or an autoguide instance)
@@ -29,9 +30,11 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer import autoguide
 from pyro.poutine.messenger import Messenger
+from pyro.infer.autoguide.initialization import InitMessenger
 from pyro.poutine.util import site_is_subsample
+from torch.distributions import constraints
 
-__all__ = ["MeanFieldGuide", "PrincipalAxesGuide", "make_guide", "drop_priors", "GUIDES"]
+__all__ = ["MeanFieldGuide", "PrincipalAxesGuide", "SparseVDGuide", "init_weights", "make_guide", "drop_priors", "GUIDES"]
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -212,6 +215,57 @@ class PrincipalAxesGuide:
         pyro.sample(weights, dist.Delta(theta[..., :-1], event_dim=1))
         pyro.sample(bias, dist.Delta(theta[..., -1]))
         return theta
+
+
+#: Where sparse VD's log sigma^2 starts (Molchanov et al.'s code): the weights start close to a point estimate.
+INIT_LOG_SIGMA2 = -10.0
+
+
+def init_weights(site):
+    """Where optimisation starts a weight W (out, in) or kernel K (out, in, k, k): a draw of N(0, 1 / fan_in)
+    (random: a symmetric start makes every unit the same; the prior has no draws to start from)."""
+    shape = site["fn"].shape()
+    return torch.randn(shape) / math.sqrt(math.prod(shape[1:]))
+
+
+class SparseVDGuide:
+    r"""q(W_ij) = N(mu_ij, sigma_ij^2) for every latent (real) site, (mu, log sigma^2) learned directly.
+
+    Parameters ``{prefix}.{site}.mu`` (started by ``init_loc_fn``, default :func:`init_weights`) and
+    ``{prefix}.{site}.log_sigma2`` (started at ``init_log_sigma2``); alpha = sigma^2 / mu^2 is derived.
+    """
+
+    def __init__(self, model, init_log_sigma2: float = INIT_LOG_SIGMA2, init_loc_fn=None, prefix: str = "svd"):
+        self.model, self.prefix = model, prefix
+        self.init_log_sigma2, self.init_loc_fn = float(init_log_sigma2), init_loc_fn or init_weights
+        self._sites = None
+
+    def _setup(self, *args, **kwargs) -> None:
+        with pyro.poutine.block(), torch.no_grad():
+            trace = pyro.poutine.trace(InitMessenger(self.init_loc_fn)(self.model)).get_trace(*args, **kwargs)
+        self._sites = {}
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                continue
+            support = site["fn"].support
+            while isinstance(support, constraints.independent):
+                support = support.base_constraint
+            if support is not constraints.real:
+                raise ValueError(f"SparseVDGuide: site '{name}' is not real-valued ({site['fn'].support})")
+            self._sites[name] = site["value"].detach()
+
+    def __call__(self, *args, **kwargs) -> dict:
+        if self._sites is None:
+            self._setup(*args, **kwargs)
+        draws = {}
+        for name, init in self._sites.items():
+            mu = pyro.param(f"{self.prefix}.{name}.mu", init.clone())
+            log_sigma2 = pyro.param(f"{self.prefix}.{name}.log_sigma2", torch.full_like(init, self.init_log_sigma2))
+            # W = mu + sigma * eps: the additive noise, sigma = exp(log sigma^2 / 2)
+            q = dist.Normal(mu, (0.5 * log_sigma2).exp()).to_event(init.dim())
+            draws[name] = pyro.sample(name, q)
+        return draws
+
 
 
 def _init(init_loc_fn, default):
