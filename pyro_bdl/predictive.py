@@ -89,10 +89,27 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
         if node is None or node["type"] != "sample":
             return None
         cond[k] = v.reshape((S,) + (1,) * (nesting - len(node["fn"].batch_shape)) + tuple(v.shape[1:]))
-    try:
-        with pyro.plate("_pyro_bdl_draws", S, dim=-nesting - 1):
-            trace = poutine.trace(poutine.condition(model, data=cond)).get_trace(**data)
-    except (RuntimeError, ValueError, IndexError):  # shapes that do not broadcast over the draws
+
+    def run(count: int):
+        """The model on the first ``count`` draws under the plate of draws; None where shapes do not broadcast
+        over it (as one draw at a time: every site's batch shape is the draws' then its own)."""
+        try:
+            with pyro.plate("_pyro_bdl_draws", count, dim=-nesting - 1):
+                trace = poutine.trace(poutine.condition(model, data={k: v[:count] for k, v in cond.items()})) \
+                    .get_trace(**data)
+        except (RuntimeError, ValueError, IndexError):
+            return None
+        for s in sites:
+            batch = tuple(ref.nodes[s]["fn"].batch_shape)
+            if tuple(trace.nodes[s]["fn"].batch_shape) != (count,) + (1,) * (nesting - len(batch)) + batch:
+                return None
+        return trace
+
+    # two draws first: a model that does not broadcast can make arrays of (draws x draws x ...) on all of them
+    if run(min(S, 2)) is None:
+        return None
+    trace = run(S)
+    if trace is None:
         return None
     out = {key: {} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
     observed, gaussian = {}, {}

@@ -423,3 +423,29 @@ def test_vectorised_predictive_equals_the_loop_over_draws(monkeypatch):
     assert fast.draws["y"].shape[:2] == slow.draws["y"].shape[:2] == (1, 50)
     monkeypatch.undo()
     assert predictive._vectorised(blr.model, blr.samples, blr.data, blr.likelihood_sites, [], 2) is None
+
+
+def test_a_model_that_does_not_broadcast_over_the_draws_is_found_on_two_of_them():
+    """``(phi @ w[..., None])[..., 0]`` with a batch of w runs, but broadcasts the draws against each other:
+    (S, S, n).  It is found on two draws, before the plate of all S is tried (on last-layer's 2 x 10,000
+    Metropolis draws that would be 24 GB); the loop gives the predictive."""
+    import pyro
+    import pyro.distributions as dist
+
+    from pyro_bdl import predictive
+
+    largest = {"numel": 0}
+
+    def model(X, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(3), 1.0).to_event(1))
+        with pyro.plate("data", X.shape[0]):
+            mean = (X @ w.unsqueeze(-1)).squeeze(-1)
+            largest["numel"] = max(largest["numel"], mean.numel())
+            return pyro.sample("y", dist.Normal(mean, 1.0), obs=y)
+
+    X = torch.randn(30, 3)
+    samples = {"w": torch.randn(2, 200, 3)}
+    out = predictive.predictive_draws(model, samples, {"X": X}, ["y"])
+    assert out.mean["y"].shape == (2, 200, 30)
+    np.testing.assert_allclose(out.mean["y"][1, 7], (X @ samples["w"][1, 7]).numpy(), rtol=1e-5, atol=1e-6)
+    assert largest["numel"] <= 2 * 2 * 30  # never the (400, 400, 30) array
