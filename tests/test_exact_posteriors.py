@@ -76,6 +76,12 @@ RUNS_FOR = {("coin", "svi"): COIN_BETA, ("coin", "svi-meanfield"): COIN_BETA, ("
 WARNS = {
     ("blr", "metropolis"): "MCMC diagnostics: r_hat",  # 2 x 3000 random-walk draws: r_hat just above 1.01
 }
+#: Pairs whose check is known to fail, and why (strict: a pass is reported, so the entry is removed then).
+KNOWN_SHORT = {
+    ("last-layer", "bbvi"): "score-function VI on 5 correlated weights: at the default 2,000 steps (and at 6,000) "
+                            "its means are about 0.1 posterior sd off, beyond the 4,000 draws' Monte Carlo error; "
+                            "the check has no optimiser allowance for it yet",
+}
 #: Slow methods and pairs (run with ``-m slow``).
 SLOW = {"bbvi", ("last-layer", "metropolis")}
 #: The mode of a deterministic optimiser: float32 optimisation error, measured below 0.008 posterior sd.
@@ -107,6 +113,9 @@ def pairs(*promises):
                 # slow, not yet run with the warning as an error: shown, not hidden
                 marks = ([pytest.mark.slow, pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")]
                          if method in SLOW or (model, method) in SLOW else [])
+                if (model, method) in KNOWN_SHORT:
+                    marks.append(pytest.mark.xfail(strict=True, raises=AssertionError,
+                                                   reason=KNOWN_SHORT[(model, method)]))
                 out.append(pytest.param(model, method, marks=marks, id=f"{model}-{method}"))
     return out
 
