@@ -415,9 +415,14 @@ def workload_schools(args):
     warmup, samples = (100, 100) if args.quick else (1000, 1000)
     print(f"\n== eight schools, non-centred, 4 chains x ({warmup} + {samples})")
     results = {}
-    draws, stats, seconds, _ = run_zoo(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0,
+    draws, stats, seconds, steps = run_zoo(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0,
                                        jit=args.jit)
     results["zoo (4 chains together)"] = (draws, seconds, int(stats["diverging"].sum()))
+    # vectorised chains: what 4 chains cost against one, same settings (steps: batched leapfrog steps)
+    _, _, one_seconds, one_steps = run_zoo(eight_schools, data, chains=1, warmup=warmup, samples=samples, seed=0,
+                                           jit=args.jit)
+    print(f"zoo, 1 chain: {one_seconds:.2f} s, {one_steps} steps; 4 chains: {seconds:.2f} s, {steps} batched steps")
+    print(f"ratio zoo 4 chains/1 chain [schools wall seconds] = {seconds / one_seconds:.2f}")
     if not args.skip_pyro:
         draws, stats, seconds, _ = run_pyro(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0)
         results["pyro NUTS (one after another)"] = (draws, seconds, int(stats["diverging"].sum()))
