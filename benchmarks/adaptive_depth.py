@@ -83,7 +83,7 @@ def ood_sets(test):
 
 def table_rules(name, train, test, args):
     from pyro_bdl.depth_decisions import RULES, decide
-    from pyro_bdl.models.adaptive_depth_resnet import depth_inputs
+    from pyro_bdl.depth_report import depth_inputs
     from pyro_bdl.uncertainty import auroc, expected_calibration_error
 
     options = {"width": args.width, "blocks": args.blocks, "rate": args.rate}
@@ -128,7 +128,7 @@ def harder_inputs(fit, test, args, out):
     """Posterior mean depth and chosen blocks on clean vs noisy test images and on correct vs wrong rows."""
     from pyro_bdl.depth_decisions import decide
     from pyro_bdl.depth_report import posterior_depth
-    from pyro_bdl.models.adaptive_depth_resnet import depth_inputs
+    from pyro_bdl.depth_report import depth_inputs
 
     y = test.y.long()
     L = args.blocks
@@ -186,7 +186,8 @@ def table_estimators(train, test, args):
 
     from pyro_bdl.depth_decisions import decide
     from pyro_bdl.depth_report import posterior_depth
-    from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_inputs
+    from pyro_bdl.depth_report import depth_inputs
+    from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
 
     base = {"width": args.width, "blocks": args.blocks, "rate": args.rate, "num_classes": int(train.y.max()) + 1}
     fits = {}

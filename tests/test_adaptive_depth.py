@@ -24,8 +24,8 @@ import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
 from pyro_bdl.depth_decisions import decide
-from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, multiply_adds
-from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_prior
+from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, depth_prior, multiply_adds
+from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
 from pyro_bdl.store import write_fit
 
 SMALL = {"width": 8, "blocks": 3}
