@@ -53,7 +53,7 @@ import pyro.distributions as dist
 import torch
 from pyro import poutine
 
-from pyro_bdl import depth_report
+from pyro_bdl import depth_plots, depth_report
 from pyro_bdl import networks
 from pyro_bdl.depth_decisions import RULES
 from pyro_bdl.depth_networks import depth_prior, guide_network, heads_network
@@ -171,4 +171,5 @@ register(ModelSpec(
     report=functools.partial(depth_report.report, inputs=depth_report.depth_inputs),
     evaluate=functools.partial(depth_report.evaluate, inputs=depth_report.depth_inputs),
     predict=functools.partial(depth_report.predict, inputs=depth_report.depth_inputs),
+    plots=depth_plots.plots,
 ))
