@@ -8,10 +8,11 @@ Tables (markdown, to paste into benchmarks/RESULTS.md):
    seeds (seed s: the split, the noise and both networks' initialisation and batches), mean and spread: the
    full-depth ResNet (same blocks, one head on the last, trained by plain PyTorch with the same Adam, batches,
    epochs and learning-rate schedule) against every decision rule of the model trained with exact enumeration
-   (``threshold`` at 0.9, 0.99 and 0.9999), every head read alone, and a ResNet of one block trained alone: test accuracy, its difference to the
-   full-depth net (paired by seed: mean and standard error), mean blocks run, compute saved; ECE of the
-   depth-marginalised predictive and AUROC of its entropy for noise and rotated digits (OOD, digits only), against
-   the full-depth net's softmax; and the training rows' mean exact posterior p(z | x, y);
+   (``threshold`` at 0.9, 0.99 and 0.9999), every head read alone, and a ResNet of one block trained alone:
+   test accuracy, its difference to the full-depth net (paired by seed: mean and standard error), mean blocks
+   run, compute saved; ECE of the depth-marginalised predictive and AUROC of its entropy for noise and rotated
+   digits (OOD, digits only), against the full-depth net's softmax; and the training rows' mean exact posterior
+   p(z | x, y);
 2. the estimators of z (exact enumeration, score function with a baseline, relaxed; and the global depth, DUN),
    seed 0: test accuracy and compute of the ``mode`` rule, the gradient variance of the guide's parameters (at the
    same point: the score-trained fit's parameters, one fixed batch, so only z's draws vary), the mean total
@@ -76,11 +77,11 @@ def entropy(prob):
     return -(prob * prob.clamp_min(1e-12).log()).sum(-1)
 
 
-def fit_model(train, options, epochs, lr, elbo="enum", seed=0):
+def fit_model(train, options, epochs, lr, elbo="enum", seed=0, **settings):
     import pyro_bdl
 
     return pyro_bdl.fit("adaptive-depth-resnet", train, inference="svi-amortised", options=options, elbo=elbo,
-                        epochs=epochs, lr=lr, seed=seed, progress=False)
+                        epochs=epochs, lr=lr, seed=seed, progress=False, **settings)
 
 
 def data_sets(name, seed, args):
@@ -112,8 +113,9 @@ def measure(name, seed, args):
     from pyro_bdl.uncertainty import auroc, expected_calibration_error
 
     train, test = data_sets(name, seed, args)
+    early = {k: v for k, v in (("validation", args.validation), ("patience", args.patience)) if v is not None}
     fit = fit_model(train, {"width": args.width, "blocks": args.blocks, "rate": args.rate}, args.epochs, args.lr,
-                    seed=seed)
+                    seed=seed, **early)
     base = full_depth_net(train, args.width, args.blocks, args.epochs, args.lr, seed=seed)
     y = test.y.long()
     ood = ood_sets(test) if name != "mnist" else {}
@@ -127,8 +129,9 @@ def measure(name, seed, args):
                                         expected_calibration_error(base_prob.numpy(), y.numpy()), base_ood)}
     shallow = full_depth_net(train, args.width, 1, args.epochs, args.lr, seed=seed)
     with torch.no_grad():
-        rows["ResNet of 1 block (MAP)"] = (float((shallow(test.X)[:, -1].argmax(-1) == y).double().mean()), 1,
-                                           multiply_adds(inp.data_dim, inp.logp.shape[-1], inp.width, 1, 1), math.nan, [])
+        shallow_acc = float((shallow(test.X)[:, -1].argmax(-1) == y).double().mean())
+    one_block = multiply_adds(inp.data_dim, inp.logp.shape[-1], inp.width, 1, 1)
+    rows["ResNet of 1 block (MAP)"] = (shallow_acc, 1, one_block, math.nan, [])
     rules = [(rule, 0.9) for rule in RULES if rule != "threshold"] + [("threshold", t) for t in THRESHOLDS]
     for rule, threshold in rules:
         d = decide(rule, inp.logp, inp.pi, threshold, joint=not inp.learned)
@@ -217,7 +220,7 @@ def harder_inputs(fit, test, args, out):
         plot_depth_histogram(axes[0], {label: shown[label][1] for label in ("clean", "noisy")}, L)
         axes[0].set_title("mode rule: clean vs noisy test images", fontsize=9)
         plot_depth_histogram(axes[1], {"correct": shown["noisy"][3], "misclassified": shown["noisy"][4]}, L)
-        axes[1].set_title("mode rule, noisy images: correct vs misclassified", fontsize=9)
+        axes[1].set_title("mode rule, noisy images: correct vs wrong", fontsize=9)
         fig.savefig(out / "adaptive_depth.png", dpi=90)
         plt.close(fig)
     return rows
@@ -318,6 +321,9 @@ def main(argv=None) -> None:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--lr", type=float, default=None, help="Adam's learning rate (default: the model's)")
+    parser.add_argument("--validation", type=float, default=None,
+                        help="table 1: the fraction of training rows held out for early stopping (default: the model's)")
+    parser.add_argument("--patience", type=int, default=None, help="table 1: early stopping's patience in epochs")
     parser.add_argument("--rate", type=float, default=0.5, help="the geometric prior's rate (the model's default 0.5)")
     parser.add_argument("--noise", type=float, default=0.3, help="pixel noise sd of the noisy variant")
     parser.add_argument("--grad-draws", type=int, default=200)
