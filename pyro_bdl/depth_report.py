@@ -1,7 +1,8 @@
 r"""What a fitted network with a latent depth answers: its ``predict``, ``evaluate`` and ``report`` hooks.
 
 A model hands these functions ``inputs(result, x) ->`` :class:`DepthInputs` (:func:`depth_inputs` for the
-adaptive-depth ResNet, from its options and its registered networks): the log class probabilities at every depth, the depth distribution used at test time :math:`\pi(z \mid x)`, its prior, and the sizes for counting
+adaptive-depth ResNet, from its options and its registered networks): the log class probabilities at every
+depth, the depth distribution used at test time :math:`\pi(z \mid x)`, its prior, and the sizes for counting
 multiply-adds.  The decision rules are :mod:`pyro_bdl.depth_decisions`; the exact posterior of a row's depth given
 a label is :math:`p(z \mid x, y) \propto p(z)\, p(y \mid x, z)`.  Compute is multiply-adds per example
 (:func:`~pyro_bdl.depth_networks.multiply_adds`), against the full-depth network (every block, one head).
