@@ -164,9 +164,9 @@ register(ModelSpec(
     infer_options=networks.num_classes,
     guides={"depth": lambda model: functools.partial(depth_guide, **model.keywords)},
     default_guides={"svi-amortised": "depth"},
-    # lr 3e-3: 1e-3 leaves the mode rule 1.2-1.6 points below the full-depth net, 3e-3 0.5-0.7 (digits, noisy
-    # digits, MNIST; 5 seeds); no early stopping: the held-out log-likelihood peaks before the accuracy (both in
-    # benchmarks/RESULTS.md, "Adaptive depth"); eager (the relaxed guide anneals at every step)
+    # lr 3e-3: at 1e-3 the mode rule ends a point further below the full-depth net; no early stopping: the held-out
+    # log-likelihood peaks before the accuracy (benchmarks/RESULTS.md, "Adaptive depth"); eager: the relaxed guide
+    # anneals at every step
     method_defaults={"svi-amortised": {"elbo": "enum", "lr": 3e-3, "validation": 0.0, "jit": False, "epochs": 100}},
     notes="estimator=exact needs elbo=enum (the default); score: elbo=tracegraph; relaxed: elbo=trace.",
     report=functools.partial(depth_report.report, inputs=depth_report.depth_inputs),

@@ -202,6 +202,10 @@ def test_fit_predicts_depth_and_posterior_per_row_and_survives_a_round_trip(digi
     back = pyro_bdl.load_fit(tmp_path / "fit")
     pd.testing.assert_frame_equal(back.predict(rows), before, atol=1e-5)
     assert not np.allclose(other.predict(rows)["prob_0"], before["prob_0"], atol=1e-3)
+    from pyro_bdl.depth_plots import plots
+
+    assert plots(back, tmp_path) == ["depth_posterior.png", "depth_histogram.png"]  # no held-out rows: training rows
+    assert all((tmp_path / name).stat().st_size > 0 for name in ("depth_posterior.png", "depth_histogram.png"))
 
 
 @pytest.mark.parametrize("options, elbo", [({"estimator": "score"}, "tracegraph"), ({"estimator": "relaxed"}, "trace"),
