@@ -1,21 +1,25 @@
-"""The residual network with a latent depth (adaptive-depth-resnet) on the digits: accuracy, depth and compute
-against the full-depth ResNet of the same size, the three estimators of z, calibration and OOD detection.
+"""The residual network with a latent depth (adaptive-depth-resnet) on the digits and MNIST: accuracy, depth and
+compute against the full-depth ResNet of the same size over seeds, the three estimators of z, calibration and OOD.
 
 Tables (markdown, to paste into benchmarks/RESULTS.md):
 
-1. per data set (``digits-01``, and ``noisy``: the same images with N(0, ``--noise``^2) pixel noise, clipped to
-   [0, 1]): the full-depth ResNet (same blocks, one head on the last, trained by plain PyTorch with the same
-   Adam, batches, epochs and learning-rate schedule) against every decision rule of the model trained with exact
-   enumeration: test accuracy, mean blocks run, multiply-adds per example and compute saved; ECE of the
-   depth-marginalised predictive and AUROC of its entropy for noise and rotated digits (OOD), against the
-   full-depth net's softmax;
-2. the estimators of z (exact enumeration, score function with a baseline, relaxed; and the global depth, DUN):
-   test accuracy and compute of the ``mode`` rule, the gradient variance of the guide's parameters (at the same
-   point: the score-trained fit's parameters, one fixed batch, so only z's draws vary), the mean total variation
-   between q(z | x) and the exact p(z | x, y), and the relaxed objective's bias at its final temperature;
-3. harder inputs, deeper z: the exact posterior mean depth E[z | x, y] and the ``mode`` rule's blocks on clean
-   and noisy test images (a model trained on clean ones) and on its correct and misclassified rows; the figure
-   ``adaptive_depth.png`` (the posterior over z of a few images and the histogram of chosen depths).
+1. per data set (``digits-01``; ``noisy``: the same images with N(0, ``--noise``^2) pixel noise, clipped to [0, 1];
+   ``mnist``: the MNIST t10k images split 8,000 / 2,000, when ``--mnist`` names their folder), over ``--seeds``
+   seeds (seed s: the split, the noise and both networks' initialisation and batches), mean and spread: the
+   full-depth ResNet (same blocks, one head on the last, trained by plain PyTorch with the same Adam, batches,
+   epochs and learning-rate schedule) against every decision rule of the model trained with exact enumeration
+   (``threshold`` at 0.9, 0.99 and 0.9999), every head read alone, and a ResNet of one block trained alone:
+   test accuracy, its difference to the full-depth net (paired by seed: mean and standard error), mean blocks
+   run, compute saved; ECE of the depth-marginalised predictive and AUROC of its entropy for noise and rotated
+   digits (OOD, digits only), against the full-depth net's softmax; and the training rows' mean exact posterior
+   p(z | x, y);
+2. the estimators of z (exact enumeration, score function with a baseline, relaxed; and the global depth, DUN),
+   seed 0: test accuracy and compute of the ``mode`` rule, the gradient variance of the guide's parameters (at the
+   same point: the score-trained fit's parameters, one fixed batch, so only z's draws vary), the mean total
+   variation between q(z | x) and the exact p(z | x, y), and the relaxed objective's bias at its final temperature;
+3. harder inputs, deeper z (seed 0): the exact posterior mean depth E[z | x, y] and the ``mode`` rule's blocks on
+   clean and noisy test images (a model trained on clean ones) and on its correct and misclassified rows; the
+   figure ``adaptive_depth.png`` (the posterior over z of a few noisy images and the histograms of chosen depths).
 
     python benchmarks/adaptive_depth.py            # minutes, one thread
     python benchmarks/adaptive_depth.py --quick    # a smoke run (seconds)
@@ -28,6 +32,11 @@ import math
 import time
 import warnings
 from pathlib import Path
+
+#: The MNIST t10k images (benchmarks/vae_mnist.py reads the same folder).
+MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
+#: The threshold rule's confidence levels in table 1.
+THRESHOLDS = (0.9, 0.99, 0.9999)
 
 import numpy as np
 import pyro
@@ -68,11 +77,26 @@ def entropy(prob):
     return -(prob * prob.clamp_min(1e-12).log()).sum(-1)
 
 
-def fit_model(train, options, epochs, lr, elbo="enum"):
+def fit_model(train, options, epochs, lr, elbo="enum", seed=0, **settings):
     import pyro_bdl
 
     return pyro_bdl.fit("adaptive-depth-resnet", train, inference="svi-amortised", options=options, elbo=elbo,
-                        epochs=epochs, lr=lr, progress=False)
+                        epochs=epochs, lr=lr, seed=seed, progress=False, **settings)
+
+
+def data_sets(name, seed, args):
+    """(train, test) of data set ``name`` for ``seed``."""
+    import pyro_bdl
+    from pyro_bdl.datasets import split_dataset
+
+    if name == "mnist":
+        from pyro_bdl.images import mnist_split
+
+        return mnist_split(args.mnist, seed=seed)
+    train, test = split_dataset(pyro_bdl.load("digits-01"), 0.25, seed=seed, stratify=True)
+    if name == "noisy digits":
+        return noisy(train, args.noise, seed=2 * seed), noisy(test, args.noise, seed=2 * seed + 1)
+    return train, test
 
 
 def ood_sets(test):
@@ -81,54 +105,85 @@ def ood_sets(test):
     return {"noise": digits_ood(test, "noise").X / 16.0, "rotated": digits_ood(test, "rotated").X}
 
 
-def table_rules(name, train, test, args):
+def measure(name, seed, args):
+    """One seed of table 1: per row label, (accuracy, mean blocks, multiply-adds, ECE, AUROCs); the model's fit."""
     from pyro_bdl.depth_decisions import RULES, decide
-    from pyro_bdl.models.adaptive_depth_resnet import depth_inputs
+    from pyro_bdl.depth_networks import multiply_adds
+    from pyro_bdl.depth_report import depth_inputs, posterior_depth
     from pyro_bdl.uncertainty import auroc, expected_calibration_error
 
-    options = {"width": args.width, "blocks": args.blocks, "rate": args.rate}
-    start = time.time()
-    fit = fit_model(train, options, args.epochs, args.lr)
-    fit_seconds = time.time() - start
-    start = time.time()
-    base = full_depth_net(train, args.width, args.blocks, args.epochs, args.lr)
-    base_seconds = time.time() - start
+    train, test = data_sets(name, seed, args)
+    early = {k: v for k, v in (("validation", args.validation), ("patience", args.patience)) if v is not None}
+    fit = fit_model(train, {"width": args.width, "blocks": args.blocks, "rate": args.rate}, args.epochs, args.lr,
+                    seed=seed, **early)
+    base = full_depth_net(train, args.width, args.blocks, args.epochs, args.lr, seed=seed)
     y = test.y.long()
-    ood = ood_sets(test)
+    ood = ood_sets(test) if name != "mnist" else {}
     with torch.no_grad():
         base_prob = torch.softmax(base(test.X)[:, -1], -1)
-        base_ood = {k: entropy(torch.softmax(base(v)[:, -1], -1)) for k, v in ood.items()}
+        base_ood = [auroc(entropy(base_prob).numpy(), entropy(torch.softmax(base(v)[:, -1], -1)).numpy())
+                    for v in ood.values()]
     inp = depth_inputs(fit, test.X)
-    full = inp.full_macs
-    rows = [f"| {name} | full-depth ResNet (MAP) | {float((base_prob.argmax(-1) == y).double().mean()):.3f} | "
-            f"{args.blocks:.2f} | {full} | 0% | {expected_calibration_error(base_prob.numpy(), y.numpy()):.3f} | "
-            + " | ".join(f"{auroc(entropy(base_prob).numpy(), base_ood[k].numpy()):.3f}" for k in ood) + " |"]
-    for rule in RULES:
-        d = decide(rule, inp.logp, inp.pi, 0.9, joint=not inp.learned)
-        macs = float(inp.macs(d, rule).mean())
-        cal = ood_cells = ""
+    L, full = inp.logp.shape[1], inp.full_macs
+    rows = {"full-depth ResNet (MAP)": (float((base_prob.argmax(-1) == y).double().mean()), L, full,
+                                        expected_calibration_error(base_prob.numpy(), y.numpy()), base_ood)}
+    shallow = full_depth_net(train, args.width, 1, args.epochs, args.lr, seed=seed)
+    with torch.no_grad():
+        shallow_acc = float((shallow(test.X)[:, -1].argmax(-1) == y).double().mean())
+    one_block = multiply_adds(inp.data_dim, inp.logp.shape[-1], inp.width, 1, 1)
+    rows["ResNet of 1 block (MAP)"] = (shallow_acc, 1, one_block, math.nan, [])
+    rules = [(rule, 0.9) for rule in RULES if rule != "threshold"] + [("threshold", t) for t in THRESHOLDS]
+    for rule, threshold in rules:
+        d = decide(rule, inp.logp, inp.pi, threshold, joint=not inp.learned)
+        cal, aurocs = math.nan, []
         if rule == "marginal":
-            cal = f"{expected_calibration_error(d.prob.double().numpy(), y.numpy()):.3f}"
-            cells = []
-            for k, v in ood.items():
+            cal = expected_calibration_error(d.prob.double().numpy(), y.numpy())
+            for v in ood.values():
                 o = depth_inputs(fit, v)
-                po = decide("marginal", o.logp, o.pi).prob
-                cells.append(f"{auroc(entropy(d.prob).numpy(), entropy(po).numpy()):.3f}")
-            ood_cells = " | ".join(cells)
-        else:
-            ood_cells = " | "
-        rows.append(f"| {name} | adaptive depth, {rule} | {float((d.pred == y).double().mean()):.3f} | "
-                    f"{float(d.blocks.double().mean()):.2f} | {macs:.0f} | {100 * (1 - macs / full):.0f}% | {cal} | "
-                    f"{ood_cells} |")
-    print(f"({name}: model fit {fit_seconds:.0f} s, full-depth net {base_seconds:.0f} s)")
-    return rows, fit
+                aurocs.append(auroc(entropy(d.prob).numpy(), entropy(decide("marginal", o.logp, o.pi).prob).numpy()))
+        label = f"adaptive depth, {rule}" + (f" {threshold}" if rule == "threshold" else "")
+        rows[label] = (float((d.pred == y).double().mean()), float(d.blocks.double().mean()),
+                       float(inp.macs(d, rule).mean()), cal, aurocs)
+    for l in range(L):
+        rows[f"head {l + 1} alone"] = (float((inp.logp[:, l].argmax(-1) == y).double().mean()), l + 1,
+                                       multiply_adds(inp.data_dim, inp.logp.shape[-1], inp.width, l + 1, 1), math.nan,
+                                       [])
+    train_inp = depth_inputs(fit, train.X)
+    posterior = posterior_depth(train_inp, train.y).mean(0)
+    return rows, posterior, fit, (train, test)
+
+
+def table_rules(name, args):
+    """Table 1's rows for data set ``name``: every seed, then mean and spread."""
+    start = time.time()
+    seeds = [measure(name, seed, args) for seed in range(args.seeds)]
+    full = seeds[0][0]["full-depth ResNet (MAP)"][2]
+    base = np.array([rows["full-depth ResNet (MAP)"][0] for rows, *_ in seeds])
+    lines = []
+    for label in seeds[0][0]:
+        acc = np.array([rows[label][0] for rows, *_ in seeds])
+        blocks = np.mean([rows[label][1] for rows, *_ in seeds])
+        macs = np.mean([rows[label][2] for rows, *_ in seeds])
+        ece = np.mean([rows[label][3] for rows, *_ in seeds])
+        aurocs = np.mean([rows[label][4] for rows, *_ in seeds], 0) if seeds[0][0][label][4] else []
+        diff = 100 * (acc - base)
+        se = diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
+        spread = 100 * acc.std(ddof=1) if len(acc) > 1 else math.nan
+        lines.append(f"| {name} | {label} | {100 * acc.mean():.2f} +- {spread:.2f} | "
+                     + ("" if label.startswith("full") else f"{diff.mean():+.2f} +- {se:.2f}") + f" | {blocks:.2f} | "
+                     f"{100 * (1 - macs / full):.0f}% | " + ("" if math.isnan(ece) else f"{ece:.3f}") + " | "
+                     + (" | ".join(f"{a:.3f}" for a in aurocs) if len(aurocs) else " | ") + " |")
+    posterior = torch.stack([p for _, p, *_ in seeds]).mean(0)
+    print(f"({name}: {args.seeds} seeds in {time.time() - start:.0f} s; full-depth accuracy per seed "
+          f"{', '.join(f'{100 * b:.1f}' for b in base)}; training rows' mean p(z | x, y) "
+          f"{', '.join(f'{p:.3f}' for p in posterior.tolist())})")
+    return lines, seeds[0][2], seeds[0][3]
 
 
 def harder_inputs(fit, test, args, out):
     """Posterior mean depth and chosen blocks on clean vs noisy test images and on correct vs wrong rows."""
     from pyro_bdl.depth_decisions import decide
-    from pyro_bdl.depth_report import posterior_depth
-    from pyro_bdl.models.adaptive_depth_resnet import depth_inputs
+    from pyro_bdl.depth_report import depth_inputs, posterior_depth
 
     y = test.y.long()
     L = args.blocks
@@ -140,7 +195,7 @@ def harder_inputs(fit, test, args, out):
         mode = decide("mode", inp.logp, inp.pi)
         right = decide("marginal", inp.logp, inp.pi).pred == y
         mean = (post * depths).sum(-1)
-        shown[label] = (post, mode.blocks, X)
+        shown[label] = (post, mode.blocks, X, mode.blocks[mode.pred == y], mode.blocks[mode.pred != y])
         for part, sel in (("all", torch.ones_like(right)), ("correct", right), ("misclassified", ~right)):
             if bool(sel.any()):
                 rows.append(f"| {label} | {part} | {int(sel.sum())} | {float(mean[sel].mean()):.3f} | "
@@ -150,18 +205,22 @@ def harder_inputs(fit, test, args, out):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
-        post, _, X = shown["noisy"]
-        order = torch.argsort((post * depths).sum(-1))
-        for k in [order[0], order[len(order) // 2], order[-1]]:
-            axes[0].plot(depths.numpy(), post[k].numpy(), marker="o", label=f"noisy test image {int(k)}")
-        axes[0].set(xlabel="depth z", ylabel="p(z | x, y)", title="posterior over depth (shallowest, median, deepest)")
-        axes[0].legend(fontsize=7)
-        for ax, label in zip(axes[1:], ("clean", "noisy")):
-            blocks = shown[label][1].numpy()
-            ax.hist(blocks, bins=np.arange(0.5, L + 1.5), rwidth=0.8)
-            ax.set(xlabel="blocks run (mode rule)", ylabel="test images", title=f"{label} test images")
-        fig.tight_layout()
+        from pyro_bdl.depth_plots import plot_depth_histogram, plot_depth_posterior
+
+        fig = plt.figure(figsize=(15, 4), layout="constrained")
+        left, right = fig.subfigures(1, 2, width_ratios=[1.1, 1])
+        post, _, X, _, _ = shown["noisy"]
+        mean = (post * depths).sum(-1)
+        order = torch.argsort(mean)
+        pick = order[torch.linspace(0, len(order) - 1, 4).round().long()]
+        plot_depth_posterior(left, post[pick].float(), inp.prior, [f"noisy image {int(k)}, y={int(y[k])}\n"
+                                                                   f"E[z|x,y]={float(mean[k]):.2f}" for k in pick],
+                             X[pick] if X.shape[1] in (64, 784) else None)
+        axes = right.subplots(1, 2)
+        plot_depth_histogram(axes[0], {label: shown[label][1] for label in ("clean", "noisy")}, L)
+        axes[0].set_title("mode rule: clean vs noisy test images", fontsize=9)
+        plot_depth_histogram(axes[1], {"correct": shown["noisy"][3], "misclassified": shown["noisy"][4]}, L)
+        axes[1].set_title("mode rule, noisy images: correct vs wrong", fontsize=9)
         fig.savefig(out / "adaptive_depth.png", dpi=90)
         plt.close(fig)
     return rows
@@ -185,8 +244,8 @@ def table_estimators(train, test, args):
     from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO, config_enumerate
 
     from pyro_bdl.depth_decisions import decide
-    from pyro_bdl.depth_report import posterior_depth
-    from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_inputs
+    from pyro_bdl.depth_report import depth_inputs, posterior_depth
+    from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
 
     base = {"width": args.width, "blocks": args.blocks, "rate": args.rate, "num_classes": int(train.y.max()) + 1}
     fits = {}
@@ -256,31 +315,46 @@ def table_estimators(train, test, args):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny nets, 2 epochs: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="tiny nets, 2 epochs, 2 seeds, no MNIST: a smoke run")
+    parser.add_argument("--seeds", type=int, default=5, help="table 1 over seeds 0..seeds-1")
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr", type=float, default=None, help="Adam's learning rate (default: the model's)")
+    parser.add_argument("--validation", type=float, default=None,
+                        help="table 1: the fraction of training rows held out for early stopping (default: the model's)")
+    parser.add_argument("--patience", type=int, default=None, help="table 1: early stopping's patience in epochs")
     parser.add_argument("--rate", type=float, default=0.5, help="the geometric prior's rate (the model's default 0.5)")
     parser.add_argument("--noise", type=float, default=0.3, help="pixel noise sd of the noisy variant")
     parser.add_argument("--grad-draws", type=int, default=200)
+    parser.add_argument("--mnist", default=str(MNIST), help="folder with t10k-images-idx3-ubyte.gz ('none': skip)")
     parser.add_argument("--out", default=".", help="folder for adaptive_depth.png")
     args = parser.parse_args(argv)
     if args.quick:
-        args.width, args.blocks, args.epochs, args.grad_draws = 8, 3, 2, 10
+        args.width, args.blocks, args.epochs, args.grad_draws, args.seeds, args.mnist = 8, 3, 2, 10, 2, "none"
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     import pyro_bdl
-    from pyro_bdl.datasets import split_dataset
 
-    train, test = split_dataset(pyro_bdl.load("digits-01"), 0.25, seed=0, stratify=True)
-    print(f"digits-01: {len(train.X)} training, {len(test.X)} test images; width {args.width}, {args.blocks} blocks, "
-          f"{args.epochs} epochs, Adam lr {args.lr}, batch 128")
-    print("\n| data | network / rule | test accuracy | mean blocks | multiply-adds | compute saved | ECE | "
-          "AUROC noise | AUROC rotated |\n|---|---|---|---|---|---|---|---|---|")
-    rows, clean_fit = table_rules("digits", train, test, args)
-    rows2, _ = table_rules("noisy digits", noisy(train, args.noise), noisy(test, args.noise, seed=1), args)
-    print("\n".join(rows + rows2))
+    if args.lr is None:
+        args.lr = pyro_bdl.get_model("adaptive-depth-resnet").method_defaults["svi-amortised"]["lr"]
+    names = ["digits", "noisy digits"]
+    if args.mnist != "none" and (Path(args.mnist) / "t10k-images-idx3-ubyte.gz").exists():
+        names.append("mnist")
+    else:
+        print(f"(no MNIST images in {args.mnist}: MNIST skipped)")
+    print(f"digits-01: 1,347 training, 450 test images (a stratified split per seed); MNIST: 8,000 / 2,000; width "
+          f"{args.width}, {args.blocks} blocks, prior rate {args.rate}, {args.epochs} epochs, Adam lr {args.lr}, "
+          f"batch 128; seeds 0..{args.seeds - 1}")
+    print("\n| data | network / rule | test accuracy (%, mean +- sd) | difference to full depth (points, mean +- se) | "
+          "mean blocks | compute saved | ECE | AUROC noise | AUROC rotated |\n|---|---|---|---|---|---|---|---|---|")
+    rows, first = [], {}
+    for name in names:
+        lines, fit, (train, test) = table_rules(name, args)
+        rows += lines
+        first[name] = (fit, train, test)
+    print("\n".join(rows))
+    clean_fit, train, test = first["digits"]
     print("\n| test images (model trained on clean) | rows | n | E[z \\| x, y] (exact) | mode rule: mean blocks |\n"
           "|---|---|---|---|---|")
     print("\n".join(harder_inputs(clean_fit, test, args, Path(args.out))))

@@ -13,7 +13,8 @@ truncated after block :math:`l` (``forward(x, depth=l)``).  :class:`DepthGuide` 
 
 :func:`multiply_adds` counts the multiply-adds per example of a run that computes ``blocks`` blocks and
 ``heads`` heads (the stem always), the cost every decision rule reports against the full-depth network
-(``blocks = L``, one head).
+(``blocks = L``, one head).  :func:`depth_prior` is the prior over the depth; :func:`heads_network` and
+:func:`guide_network` are the networks a model registers with Pyro (``pyro.module``, under fixed names).
 
 Example
 -------
@@ -26,6 +27,8 @@ Example
 torch.Size([5, 3])
 >>> multiply_adds(64, 10, width=16, blocks=3, heads=1)  # the full-depth net: stem + 3 blocks + 1 head
 2720
+>>> [round(p, 4) for p in depth_prior(3, "geometric", 0.5).tolist()]  # proportional to 1, 1/2, 1/4
+[0.5714, 0.2857, 0.1429]
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ResidualHeads", "DepthGuide", "multiply_adds", "guide_multiply_adds"]
+from .image_networks import registered
+
+__all__ = ["ResidualHeads", "DepthGuide", "multiply_adds", "guide_multiply_adds", "depth_prior", "heads_network",
+           "guide_network"]
 
 
 class ResidualHeads(nn.Module):
@@ -80,3 +86,20 @@ def multiply_adds(data_dim: int, num_classes: int, width: int, blocks, heads) ->
 def guide_multiply_adds(width: int, blocks: int, hidden: int = 16) -> int:
     """Multiply-adds per example of :class:`DepthGuide` (it reads H_1, which the network computes anyway)."""
     return width * hidden + hidden * blocks
+
+
+def depth_prior(blocks: int, prior: str = "geometric", rate: float = 0.5) -> torch.Tensor:
+    """p(z = l), l = 1..L, as a tensor (L,): ``geometric`` (1 - rate)^(l - 1), ``power`` l^-rate, normalised."""
+    l = torch.arange(1, int(blocks) + 1, dtype=torch.float32)
+    weights = (1.0 - rate) ** (l - 1) if prior == "geometric" else l ** -float(rate)
+    return weights / weights.sum()
+
+
+def heads_network(x: torch.Tensor, num_classes: int, width: int, blocks: int) -> ResidualHeads:
+    """The :class:`ResidualHeads` for inputs like ``x``, registered with Pyro as ``adaptive_depth.net``."""
+    return registered("adaptive_depth.net", ResidualHeads, x.shape[-1], int(num_classes), int(width), int(blocks))
+
+
+def guide_network(width: int, blocks: int) -> DepthGuide:
+    """The :class:`DepthGuide`, registered with Pyro as ``adaptive_depth.guide``."""
+    return registered("adaptive_depth.guide", DepthGuide, int(width), int(blocks))

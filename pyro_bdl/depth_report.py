@@ -1,6 +1,7 @@
 r"""What a fitted network with a latent depth answers: its ``predict``, ``evaluate`` and ``report`` hooks.
 
-A model hands these functions ``inputs(result, x) ->`` :class:`DepthInputs`: the log class probabilities at every
+A model hands these functions ``inputs(result, x) ->`` :class:`DepthInputs` (:func:`depth_inputs` for the
+adaptive-depth ResNet, from its options and its registered networks): the log class probabilities at every
 depth, the depth distribution used at test time :math:`\pi(z \mid x)`, its prior, and the sizes for counting
 multiply-adds.  The decision rules are :mod:`pyro_bdl.depth_decisions`; the exact posterior of a row's depth given
 a label is :math:`p(z \mid x, y) \propto p(z)\, p(y \mid x, z)`.  Compute is multiply-adds per example
@@ -23,13 +24,14 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyro
 import torch
 
 from .depth_decisions import RULES, Decision, decide
-from .depth_networks import multiply_adds
+from .depth_networks import depth_prior, guide_multiply_adds, guide_network, heads_network, multiply_adds
 from .uncertainty import expected_calibration_error
 
-__all__ = ["DepthInputs", "posterior_depth", "decisions", "scores", "predict", "evaluate", "report"]
+__all__ = ["DepthInputs", "depth_inputs", "posterior_depth", "decisions", "scores", "predict", "evaluate", "report"]
 
 
 class DepthInputs(NamedTuple):
@@ -55,6 +57,26 @@ class DepthInputs(NamedTuple):
     def full_macs(self) -> int:
         """The full-depth network's: every block, one head."""
         return multiply_adds(self.data_dim, self.logp.shape[-1], self.width, self.logp.shape[1], 1)
+
+
+@torch.no_grad()
+def depth_inputs(result, x: torch.Tensor) -> DepthInputs:
+    """What the decision rules read for the adaptive-depth ResNet ``result`` (its options and its own parameters)
+    at inputs ``x`` (n, D): log p(y | x, z) at every depth and pi(z | x)."""
+    o = result.model.keywords
+    W, L = int(o["width"]), int(o["blocks"])
+    with result.own_params():
+        net = heads_network(x, o["num_classes"], W, L)
+        logp, prior = torch.log_softmax(net(x), -1), depth_prior(L, o["prior"], o["rate"])
+        pi, learned, guide_macs = prior.expand(len(x), L), True, 0
+        if o["depth"] == "global":
+            pi = torch.softmax(pyro.param("adaptive_depth.q_depth"), -1).expand(len(x), L)
+        elif o["estimator"] == "exact":
+            learned = False
+        else:
+            pi = torch.softmax(guide_network(W, L)(net.features(x)), -1)
+            guide_macs = guide_multiply_adds(W, L)
+    return DepthInputs(logp, pi, prior, learned, W, guide_macs, x.shape[-1])
 
 
 def posterior_depth(inp: DepthInputs, y: torch.Tensor) -> torch.Tensor:

@@ -24,8 +24,9 @@ import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.data import Dataset
 from pyro_bdl.depth_decisions import decide
-from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, multiply_adds
-from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide, depth_prior
+from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, depth_prior, heads_network, multiply_adds
+from pyro_bdl.inference.amortised import validation_elbo
+from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
 from pyro_bdl.store import write_fit
 
 SMALL = {"width": 8, "blocks": 3}
@@ -60,6 +61,29 @@ def test_enumerated_posterior_over_depth_equals_bayes_over_truncated_nets():
     brute = torch.stack([torch.log_softmax(net(x, depth=l)[:, -1], -1)[torch.arange(5), y] for l in (1, 2, 3)], -1)
     assert torch.allclose(enumerated, torch.softmax(brute + prior.log(), -1), atol=1e-5)
     assert torch.allclose(depth_prior(3, "power", 1.0), prior)
+
+
+def test_validation_elbo_of_an_enumerated_depth_is_the_exact_log_marginal_likelihood():
+    """svi-amortised's validation score with elbo=enum sums z out as training does (not one draw of z from the
+    prior): per row log sum_l p(z = l) p(y | x, l), by hand from the registered network."""
+    pyro.clear_param_store()
+    x, y = tiny_rows(n=12)
+    kw = dict(num_classes=3, width=8, blocks=3, rate=0.3)
+    model = lambda x, y: adaptive_depth_resnet(x, y, **kw)  # noqa: E731
+    guide = lambda x, y: depth_guide(x, y, **kw)  # noqa: E731
+    value = validation_elbo(model, guide, {"x": x, "y": y}, TraceEnum_ELBO(max_plate_nesting=1))
+    with torch.no_grad():
+        logp = torch.log_softmax(heads_network(x, 3, 8, 3)(x), -1)[torch.arange(12), :, y]  # (n, L)
+        exact = torch.logsumexp(logp + depth_prior(3, "geometric", 0.3).log(), -1).mean()
+    assert abs(value - float(exact)) < 1e-5
+
+
+def test_fit_with_validation_rows_keeps_the_best_epoch_by_the_enumerated_validation_elbo():
+    fit = pyro_bdl.fit("adaptive-depth-resnet", inference="svi-amortised", options=SMALL, epochs=4, lr=5e-3,
+                       validation=0.2, progress=False)
+    history = fit.info["elbo_history"]["validation"]
+    assert len(history) == 4 and fit.info["validation_rows"] == round(0.2 * 1797)
+    assert fit.info["validation_elbo"] == max(history) and np.isfinite(history).all()
 
 
 def _guide_grads(step) -> torch.Tensor:
@@ -178,6 +202,10 @@ def test_fit_predicts_depth_and_posterior_per_row_and_survives_a_round_trip(digi
     back = pyro_bdl.load_fit(tmp_path / "fit")
     pd.testing.assert_frame_equal(back.predict(rows), before, atol=1e-5)
     assert not np.allclose(other.predict(rows)["prob_0"], before["prob_0"], atol=1e-3)
+    from pyro_bdl.depth_plots import plots
+
+    assert plots(back, tmp_path) == ["depth_posterior.png", "depth_histogram.png"]  # no held-out rows: training rows
+    assert all((tmp_path / name).stat().st_size > 0 for name in ("depth_posterior.png", "depth_histogram.png"))
 
 
 @pytest.mark.parametrize("options, elbo", [({"estimator": "score"}, "tracegraph"), ({"estimator": "relaxed"}, "trace"),
@@ -218,6 +246,7 @@ def test_cli_fit_and_predict_write_depths(tmp_path, capsys):
     assert main(["fit", "adaptive-depth-resnet", "--out", str(out), "--option", "width=8", "--option", "blocks=3",
                  "--option", "rule=threshold", "--set", "epochs=3", "--no-progress"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert (out / "depth_posterior.png").stat().st_size > 0 and (out / "depth_histogram.png").stat().st_size > 0
     held = metrics["heldout"]
     assert {"test_accuracy", "test_mean_depth", "test_compute_saved", "test_threshold_saved"} <= set(held)
     assert held["test_accuracy"] == held["test_threshold_accuracy"]

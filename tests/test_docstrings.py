@@ -21,7 +21,8 @@ DOCUMENTED = [
     "pyro_bdl.inference.ggn",
     "pyro_bdl.inference.pyro_internals", "pyro_bdl.gap_problems", "pyro_bdl.validate",
     "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.models.adaptive_depth_resnet",
-    "pyro_bdl.depth_networks", "pyro_bdl.depth_decisions", "pyro_bdl.depth_report", "pyro_bdl.generative",
+    "pyro_bdl.depth_networks", "pyro_bdl.depth_decisions", "pyro_bdl.depth_report", "pyro_bdl.depth_plots",
+    "pyro_bdl.generative",
     "pyro_bdl.marginal", "pyro_bdl.images", "pyro_bdl.image_networks",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).

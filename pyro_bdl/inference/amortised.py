@@ -13,7 +13,8 @@ chosen by ``elbo``:
 ``tracegraph`` TraceGraph_ELBO: score-function gradients for latents that cannot be reparameterised
 =============  ==========================================================================================
 
-After every epoch the validation ELBO per row is computed (one draw per row, a fixed seed); training stops
+After every epoch the validation ELBO per row is computed (:func:`validation_elbo`: one draw per row, a fixed
+seed; with ``enum`` the training loss itself, so enumerated latents are summed out, not drawn); training stops
 when it has not improved for ``patience`` epochs, and the parameters of the best epoch are kept.  The
 progress bar shows the running training ELBO and the validation ELBO per row.  Every latent of such a model is
 local to a row (trait ``amortised``): there are no posterior draws, and the learned parameters (decoder and
@@ -30,11 +31,12 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO
 
+from ..checkpoint import kept_rng
 from ..marginal import IWAE_ELBO, estimate, plate_nesting
 from .base import Draws
 from .svi import _load_parameters, _parameters, make_elbo, optimise
 
-__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "EarlyStopping"]
+__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping"]
 
 #: The losses the ``elbo`` setting names.
 ELBOS = ("trace", "iwae", "enum", "tracegraph")
@@ -58,6 +60,18 @@ def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
     raise ValueError(f"setting 'elbo' of inference 'svi-amortised' must be one of {', '.join(ELBOS)}, got {elbo!r}")
 
 
+def validation_elbo(model, guide, data: dict, loss=None) -> float:
+    """The ELBO per row of ``data`` (a fixed seed; the caller's random streams are left as they were): with an
+    enumerating ``loss`` (TraceEnum_ELBO) that loss itself, whose enumerated latents are summed out exactly as in
+    training; else one draw per row from the guide (:func:`~pyro_bdl.marginal.estimate`)."""
+    if not isinstance(loss, TraceEnum_ELBO):
+        return float(estimate(model, guide, data, particles=1).elbo.mean())
+    n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
+    with kept_rng(), torch.no_grad():
+        pyro.set_rng_seed(0)
+        return -float(loss.loss(model, guide, **data)) / n
+
+
 def _rows(data: dict, index: torch.Tensor, n: int) -> dict:
     return {k: v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in data.items()}
 
@@ -67,8 +81,9 @@ class EarlyStopping:
     the running training ELBO per row and the validation ELBO per row, keeps the best epoch's parameters and
     stops after ``patience`` epochs without improvement (no validation rows: it only records)."""
 
-    def __init__(self, model, guide, validation: dict | None, steps_per_epoch: int, rows: int, patience: int):
-        self.model, self.guide, self.validation = model, guide, validation
+    def __init__(self, model, guide, validation: dict | None, steps_per_epoch: int, rows: int, patience: int,
+                 loss=None):
+        self.model, self.guide, self.validation, self.loss = model, guide, validation, loss
         self.steps_per_epoch, self.rows, self.patience = steps_per_epoch, rows, patience
         self.train, self.valid = [], []
         self.best, self.best_epoch, self.bad, self.best_params = -math.inf, 0, 0, None
@@ -80,7 +95,7 @@ class EarlyStopping:
         self.train.append(-float(np.mean(losses[-self.steps_per_epoch:])) / self.rows)
         postfix = {"epoch": epoch, "elbo/row": f"{self.train[-1]:.2f}"}
         if self.validation is not None:
-            value = float(estimate(self.model, self.guide, self.validation, particles=1).elbo.mean())
+            value = validation_elbo(self.model, self.guide, self.validation, self.loss)
             self.valid.append(value)
             postfix["validation"] = f"{value:.2f}"
             if value > self.best:
@@ -118,7 +133,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     batch = None if batch_size is None or int(batch_size) >= rows else int(batch_size)
     steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
     monitor = EarlyStopping(model, guide, _rows(data, valid_index, n) if held else None, steps_per_epoch, rows,
-                            int(patience))
+                            int(patience), loss)
     losses = optimise(model, guide, loss, {**train, "batch_size": batch}, steps=int(epochs) * steps_per_epoch, lr=lr,
                       progress=progress, desc="svi-amortised", checkpoint=checkpoint, monitor=monitor, **adam)
     if monitor.best_params is not None:
