@@ -334,6 +334,62 @@ def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, t
     assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
 
 
+def test_kl_warmup_raises_the_scale_on_z_linearly_over_its_epochs():
+    """kl_warmup = 2 epochs of 4 steps: the model sees anneal = (t + 1) / 8 at steps t = 0..7, then 1; the trace
+    scales z (model and guide) by it, and x not at all."""
+    import functools
+
+    from pyro_bdl.inference.amortised import run_svi_amortised
+
+    vae_model, guide_fn = SPEC.model, SPEC.guides["encoder"]
+    seen = []
+
+    def model(x, batch_size=None, anneal=1.0):
+        seen.append(float(anneal))
+        return vae_model(x, data_dim=64, batch_size=batch_size, anneal=anneal, **SMALL)
+
+    guide = functools.partial(guide_fn(functools.partial(vae_model, **SMALL)), data_dim=64)
+    pyro.set_rng_seed(0)
+    pyro.clear_param_store()
+    common = dict(guide=guide, progress=False, elbo="trace", particles=1, batch_size=10, lr=1e-3, validation=0.0,
+                  patience=10, is_samples=1, jit=False)
+    run_svi_amortised(model, {"x": torch.rand(40, 64)}, epochs=4, kl_warmup=2, **common)
+    assert seen == pytest.approx([(t + 1) / 8 for t in range(8)] + [1.0] * 8)
+    seen.clear()
+    run_svi_amortised(model, {"x": torch.rand(40, 64)}, epochs=1, kl_warmup=0, **common)  # the default: none
+    assert seen == [1.0] * 4
+    x = torch.rand(5, 64)
+    guide_trace = pyro.poutine.trace(guide).get_trace(x, anneal=0.25)
+    model_trace = pyro.poutine.trace(pyro.poutine.replay(model, guide_trace)).get_trace(x, anneal=0.25)
+    assert guide_trace.nodes["z"]["scale"] == 0.25 and model_trace.nodes["z"]["scale"] == 0.25
+    assert model_trace.nodes["x"]["scale"] == 1.0
+
+
+def test_the_compiled_loss_reads_the_warmup_factor_it_is_given_at_every_step():
+    """The factor is a tensor input of the compiled graph, changed in place: at the same draws the loss is
+    A + anneal * B (the z terms scaled), so equal steps of anneal change it by equal amounts."""
+    from pyro_bdl.inference.jit import CompiledTrace_ELBO
+
+    pyro.clear_param_store()
+    model = SPEC.bind({**SMALL, "data_dim": 64})
+    guide = SPEC.guides["encoder"](model)
+    factor, loss, x = torch.tensor(1.0), CompiledTrace_ELBO(), torch.rand(20, 64)
+    loss.differentiable_loss(model, guide, x=x, anneal=factor)  # the first call traces the graph (and draws more)
+    values = {}
+    for a in (1.0, 0.25, 0.5, 0.75):
+        factor.fill_(a)
+        pyro.set_rng_seed(3)
+        values[a] = float(loss.differentiable_loss(model, guide, x=x, anneal=factor).detach())
+    assert abs(values[1.0] - values[0.25]) > 1e-3
+    assert values[0.5] - values[0.25] == pytest.approx(values[1.0] - values[0.75], rel=1e-4, abs=1e-4)
+
+
+def test_kl_warmup_needs_a_model_that_takes_the_factor():
+    with pytest.raises(ValueError, match="anneal"):
+        pyro_bdl.fit("ss-vae", pyro_bdl.load("digits-01-semi"), inference="svi-amortised",
+                     options={"latent_dim": 2, "hidden": (8,)}, epochs=1, kl_warmup=1, progress=False)
+
+
 # --------------------------------------------------------------------------- the semi-supervised VAE (M2)
 
 @pytest.mark.filterwarnings("ignore:y_unlabelled")  # Trace_ELBO draws the site marked for enumeration: on purpose
