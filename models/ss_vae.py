@@ -34,6 +34,7 @@ Example
 from __future__ import annotations
 
 import functools
+import math
 
 import pyro
 import pyro.distributions as dist
@@ -48,7 +49,7 @@ from pyro_bdl.inference import Domain
 from pyro_bdl.layers import hidden_widths
 from pyro_bdl.registry import ModelSpec, Option, register
 
-__all__ = ["ss_vae", "ss_guide"]
+__all__ = ["ss_vae", "ss_guide", "class_elbos"]
 
 
 def _with_label(t: torch.Tensor, y: torch.Tensor, C: int) -> torch.Tensor:
@@ -113,6 +114,34 @@ def ss_guide(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weig
             xu = x[unlabelled[j]]
             yu = pyro.sample("y_unlabelled", dist.Categorical(logits=classify(xu)), infer={"enumerate": "parallel"})
             pyro.sample("z_unlabelled", dist.Normal(*encode(_with_label(xu, yu, C))).to_event(1))
+
+
+@torch.no_grad()
+def class_elbos(x: torch.Tensor, num_classes, latent_dim=10, hidden=(200,), draws: int = 10, seed: int = 0,
+                **options) -> torch.Tensor:
+    """ELBO_c(x) = E_{q(z | x, c)} log p(x | c, z) + log p(c) - KL(q(z | x, c) || p(z)) per row and class, (n, C),
+    the reconstruction term averaged over ``draws`` draws, with the networks in Pyro's param store (a fit's:
+    ``with fit.own_params(): class_elbos(x, **fit.model.keywords)``).  The unlabelled rows' bound is largest at
+    q(c | x) proportional to exp ELBO_c(x): the model's own posterior over the label, which the classifier is
+    pulled towards (benchmarks/RESULTS.md, "Semi-supervised VAE").
+
+    >>> pyro.clear_param_store()  # fresh networks
+    >>> class_elbos(torch.rand(5, 64), num_classes=3, latent_dim=2, hidden=(8,)).shape
+    torch.Size([5, 3])
+    """
+    C, L, hidden, D = int(num_classes), int(latent_dim), hidden_widths(hidden), x.shape[1]
+    g = torch.Generator().manual_seed(seed)
+    encode = registered("ss_vae.encoder", encoder, D + C, L, hidden, "mlp")
+    decode = registered("ss_vae.decoder", decoder, L + C, D, hidden, "mlp")
+    out = []
+    for c in range(C):
+        y = torch.full((x.shape[0],), c)
+        loc, scale = encode(_with_label(x, y, C))
+        z = loc + scale * torch.randn((draws,) + loc.shape, generator=g)
+        log_lik = dist.Bernoulli(logits=decode(_with_label(z, y, C)), validate_args=False).log_prob(x).sum(-1)
+        kl = (0.5 * (loc**2 + scale**2 - 1) - scale.log()).sum(-1)
+        out.append(log_lik.mean(0) - kl - math.log(C))
+    return torch.stack(out, -1)
 
 
 def _check(dataset) -> None:
