@@ -4,15 +4,15 @@ chosen on (the embedded ``digits-01``) and a generated family of others.
 Every fit is ``svi-amortised`` at its defaults (the model's: latent 10, 200 hidden, Bernoulli; the method's: batch
 128, 10% validation rows, early stopping) except the learning rate and the budget: ``epochs`` (the cap) and
 ``patience`` (the epochs without a better validation ELBO before stopping) of each ``--budgets`` pair E:P (100:10:
-the defaults before this study).  The score is the test rows' importance-sampled log p(x) per row (K =
-``--is-samples``), with the fit's seconds.
+the defaults before this study), and ``kl_warmup``.  The scores: the test rows' importance-sampled log p(x) per row
+(K = ``--is-samples``), the test ELBO, the latent coordinates in use (:func:`active_units`), the fit's seconds.
 
 Data (each split into training and test rows with a fixed seed):
 
 * ``digits-01``: the 8x8 digits on [0, 1] (1,437 train / 360 test) -- the set the defaults are chosen on;
 * ``digits-noisy``: the same with N(0, 0.15^2) pixel noise, clipped to [0, 1];
-* ``mnist-1k`` / ``mnist-4k``: the first 1,000 / 4,000 images of the MNIST 8k training split (28x28), tested on
-  1,000 of its test images (``--mnist``; skipped when the files are missing);
+* ``mnist-1k`` / ``mnist-4k`` / ``mnist-8k``: the first 1,000 / 4,000 / all 8,000 images of the MNIST 8k training
+  split (28x28), tested on 1,000 of its test images (``--mnist``; skipped when the files are missing);
 * ``synthetic``: 64 binary pixels from a random known decoder (z ~ N(0, I_2), a 2-32-64 softplus MLP with
   N(0, 1.5^2 / fan-in) weights, Bernoulli), 1,500 train / 500 test; its true log p(x) (IS from the prior, K = 20,000)
   is printed as the ceiling.
@@ -24,6 +24,7 @@ Data (each split into training and test rows with a fixed seed):
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import time
 import warnings
@@ -56,6 +57,14 @@ def synthetic(n: int, seed: int = 0):
     return x, log_px
 
 
+def active_units(fit, test, threshold: float = 0.01) -> int:
+    """Latent coordinates in use: those whose q(z | x) mean varies over the test rows (variance > ``threshold``,
+    Burda et al. 2016's activity criterion); a coordinate at the prior for every row carries nothing."""
+    from pyro_bdl.generative import latents
+
+    return int((latents(fit, test)["z"][0].var(0) > threshold).sum())
+
+
 def data_sets(args):
     import pyro_bdl
     from pyro_bdl.data import Dataset
@@ -74,7 +83,7 @@ def data_sets(args):
     yield "synthetic", x[:1500], x[1500:], float(log_px(x[1500:]).mean())
     if Path(args.mnist, "t10k-images-idx3-ubyte.gz").exists():
         mtrain, mtest = mnist_split(args.mnist, seed=0)
-        for rows in (1000, 4000):
+        for rows in (1000, 4000, 8000):
             yield f"mnist-{rows // 1000}k", mtrain.X[:rows], mtest.X[:1000], None
     del Dataset
 
@@ -83,7 +92,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="digits only, one cell of 2 epochs")
     parser.add_argument("--lrs", default="1e-3,3e-3,1e-2")
-    parser.add_argument("--budgets", default="100:10,1000:10,1000:30,1000:100", help="epochs:patience pairs")
+    parser.add_argument("--budgets", default="100:10,1000:10,1000:30,1000:100",
+                        help="epochs:patience pairs; 'default': both unset (from the steps per epoch)")
+    parser.add_argument("--kl-warmups", default="0", help="kl_warmup values (epochs), a third axis of the grid")
+    parser.add_argument("--data", default=None, help="only these data sets (comma-separated names)")
     parser.add_argument("--is-samples", type=int, default=200)
     parser.add_argument("--mnist", default=str(MNIST))
     parser.add_argument("--threads", type=int, default=1)
@@ -95,24 +107,29 @@ def main(argv=None) -> None:
     from pyro_bdl.generative import evaluate
 
     lrs = [float(v) for v in args.lrs.split(",")]
-    budgets = [tuple(int(p) for p in v.split(":")) for v in args.budgets.split(",")]
+    budgets = [(None, None) if v == "default" else tuple(int(p) for p in v.split(":")) for v in args.budgets.split(",")]
+    warmups = [float(v) for v in args.kl_warmups.split(",")]
     if args.quick:
         lrs, budgets = lrs[:1], budgets[:1]
-    print("| data | train rows | lr | epochs : patience | epochs run | steps run | test log p(x) | test ELBO | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| data | train rows | lr | epochs : patience | kl_warmup | epochs run | steps run | test log p(x) | test ELBO "
+          "| latent coordinates in use | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, train, test, ceiling in data_sets(args):
+        if args.data and name not in args.data.split(","):
+            continue
         steps_per_epoch = math.ceil(round(0.9 * len(train)) / 128)
-        for lr in lrs:
-            for epochs, patience in budgets:
-                epochs = 2 if args.quick else epochs
-                start = time.perf_counter()
-                fit = pyro_bdl.fit("vae", Dataset(name, train, None), inference="svi-amortised", lr=lr, epochs=epochs,
-                                   patience=patience, is_samples=args.is_samples, seed=0, progress=False)
-                seconds = time.perf_counter() - start
-                scores = evaluate(fit, test)
-                run = fit.info["epochs_run"]
-                print(f"| {name} | {len(train)} | {lr:g} | {epochs} : {patience} | {run} | {run * steps_per_epoch} | "
-                      f"{scores['test_log_px']:.2f} | {scores['test_elbo']:.2f} | {seconds:.0f} |", flush=True)
+        for lr, (epochs, patience), warmup in itertools.product(lrs, budgets, warmups):
+            epochs = 2 if args.quick and epochs is not None else epochs
+            start = time.perf_counter()
+            fit = pyro_bdl.fit("vae", Dataset(name, train, None), inference="svi-amortised", lr=lr, epochs=epochs,
+                               patience=patience, kl_warmup=warmup, is_samples=args.is_samples, seed=0, progress=False)
+            seconds = time.perf_counter() - start
+            scores = evaluate(fit, test)
+            run = fit.info["epochs_run"]
+            which = f"{fit.info['epochs']} : {fit.info['patience']}" + (" (default)" if epochs is None else "")
+            print(f"| {name} | {len(train)} | {lr:g} | {which} | {warmup:g} | {run} | "
+                  f"{run * steps_per_epoch} | {scores['test_log_px']:.2f} | {scores['test_elbo']:.2f} | "
+                  f"{active_units(fit, test)} | {seconds:.0f} |", flush=True)
         if ceiling is not None:
             print(f"| {name} | true decoder | | | | | {ceiling:.2f} | | |", flush=True)
 

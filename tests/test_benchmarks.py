@@ -287,7 +287,7 @@ def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
 
 def test_vae_defaults_quick_run_prints_a_row_of_the_grid(tmp_path):
     out = run_script("benchmarks/vae_defaults.py", "--quick", cwd=tmp_path)
-    assert "| data | train rows | lr | epochs : patience |" in out and "| digits-01 | 1437 | 0.001 | 2 : 10 | 2 |" in out
+    assert "| data | train rows | lr | epochs : patience |" in out and "| digits-01 | 1437 | 0.001 | 2 : 10 | 0 | 2 |" in out
 
 
 def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):

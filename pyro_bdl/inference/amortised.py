@@ -2,7 +2,8 @@ r"""``svi-amortised``: minibatch SVI for a model that brings its own amortised g
 
 The model's rows are split once into training and validation rows (``validation``: the fraction held out,
 from the fit's seed).  Training runs :func:`~pyro_bdl.inference.svi.optimise` (the zoo's Adam, checkpoints and
-resume) for ``epochs`` x ceil(n_train / ``batch_size``) steps, each on a random minibatch that the model
+resume) for ``epochs`` x ceil(n_train / ``batch_size``) steps (``epochs`` unset, the default: enough epochs for
+:data:`MIN_STEPS` steps, at least 100), each on a random minibatch that the model
 subsamples (``pyro.plate(..., subsample_size=batch_size)``, the likelihood scaled by n_train / B), with the loss
 chosen by ``elbo``:
 
@@ -14,7 +15,8 @@ chosen by ``elbo``:
 =============  ==========================================================================================
 
 After every epoch the validation ELBO per row is computed (one draw per row, a fixed seed); training stops
-when it has not improved for ``patience`` epochs, and the parameters of the best epoch are kept.  The
+when it has not improved for ``patience`` epochs (unset, the default: the epochs of :data:`PATIENCE_STEPS` steps,
+at least 10), and the parameters of the best epoch are kept.  The
 progress bar shows the running training ELBO and the validation ELBO per row.  Every latent of such a model is
 local to a row (trait ``amortised``): there are no posterior draws, and the learned parameters (decoder and
 encoder) are returned to be saved with the fit.  ``is_samples`` is K of the fit's importance-sampled
@@ -41,10 +43,26 @@ from ..marginal import IWAE_ELBO, estimate, plate_nesting
 from .base import Draws
 from .svi import _load_parameters, _parameters, make_elbo, optimise
 
-__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "EarlyStopping", "KLWarmup"]
+__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "EarlyStopping", "KLWarmup", "MIN_STEPS", "PATIENCE_STEPS",
+           "budget"]
 
 #: The losses the ``elbo`` setting names.
 ELBOS = ("trace", "iwae", "enum", "tracegraph")
+#: The default training budget and early-stopping patience, in optimiser steps: a small data set has few steps per
+#: epoch, and 100 epochs / patience 10 stopped the digits' VAE 1.6 nats short (benchmarks/RESULTS.md, "VAE defaults").
+MIN_STEPS, PATIENCE_STEPS = 10_000, 1_000
+
+
+def budget(epochs, patience, steps_per_epoch: int) -> tuple[int, int]:
+    """``(epochs, patience)``: the settings, or where unset (None) the epochs of :data:`MIN_STEPS` steps (at least
+    100) and of :data:`PATIENCE_STEPS` steps (at least 10).
+
+    >>> budget(None, None, 11), budget(None, None, 57), budget(5, 2, 11)
+    ((910, 91), (176, 18), (5, 2))
+    """
+    epochs = max(100, math.ceil(MIN_STEPS / steps_per_epoch)) if epochs is None else int(epochs)
+    patience = max(10, math.ceil(PATIENCE_STEPS / steps_per_epoch)) if patience is None else int(patience)
+    return epochs, patience
 
 
 def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
@@ -155,6 +173,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     rows = len(train_index)
     batch = None if batch_size is None or int(batch_size) >= rows else int(batch_size)
     steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
+    epochs, patience = budget(epochs, patience, steps_per_epoch)
     if not float(kl_warmup) >= 0:
         raise ValueError(f"setting 'kl_warmup' is a number of epochs >= 0; got {kl_warmup}")
     schedule = None
@@ -173,7 +192,8 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
         _load_parameters(monitor.best_params)
     store = pyro.get_param_store()
     params = {name: store[name].detach().clone() for name in store.keys()}
-    info = {"training_rows": rows, "validation_rows": held, "epochs_run": len(monitor.train),
+    info = {"training_rows": rows, "validation_rows": held, "epochs": epochs, "patience": patience,
+            "epochs_run": len(monitor.train),
             "steps_per_epoch": steps_per_epoch,
             "elbo_history": {"train": monitor.train, "validation": monitor.valid}}
     if held:
@@ -186,12 +206,13 @@ def _register() -> None:
     from . import Method, register_method
     from .svi import ADAM_SETTINGS
 
-    # Adam at 1e-3 on minibatches of 128 (Pyro's VAE tutorial: 1e-3, batch 256), no elementwise gradient clamp
-    # (the summed likelihood's gradients are large: a clamp makes Adam sign descent), held for half the run.
+    # Adam at 1e-3 on minibatches of 128 (Pyro's VAE tutorial: 1e-3, batch 256; the vae's own default is 3e-3), no
+    # elementwise gradient clamp (the summed likelihood's gradients are large: a clamp makes Adam sign descent), held
+    # for half the run; epochs and patience unset: from the steps per epoch (budget)
     # The compiled Trace_ELBO: an MNIST epoch 1.08x a hand-written PyTorch VAE's, eager 1.18x
     # (benchmarks/RESULTS.md, "VAE").
-    defaults = {"elbo": "trace", "particles": 1, "epochs": 100, "batch_size": 128, "lr": 1e-3, "validation": 0.1,
-                "patience": 10, "is_samples": 1000, "kl_warmup": 0, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf, "lr_hold": 0.5}
+    defaults = {"elbo": "trace", "particles": 1, "epochs": None, "batch_size": 128, "lr": 1e-3, "validation": 0.1,
+                "patience": None, "is_samples": 1000, "kl_warmup": 0, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf, "lr_hold": 0.5}
     register_method(Method(
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,
