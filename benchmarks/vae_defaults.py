@@ -111,8 +111,8 @@ def main(argv=None) -> None:
     warmups = [float(v) for v in args.kl_warmups.split(",")]
     if args.quick:
         lrs, budgets = lrs[:1], budgets[:1]
-    print("| data | train rows | lr | epochs : patience | kl_warmup | epochs run | steps run | test log p(x) | test ELBO "
-          "| latent coordinates in use | seconds |")
+    print("| data | train rows | lr | epochs : patience | kl_warmup | epochs run | steps run | test log p(x) "
+          "| test ELBO | latent coordinates in use | seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, train, test, ceiling in data_sets(args):
         if args.data and name not in args.data.split(","):

@@ -24,7 +24,7 @@ directly.  Labelled and unlabelled rows are two plates, each subsampled to ``bat
 
 The unlabelled rows' bound is largest at :math:`q_\phi(c \mid x) \propto \exp \mathrm{ELBO}_c(x)`
 (:func:`class_elbos`), the model's own posterior over the label; where that posterior agrees with the labels less
-often than a classifier of the labelled rows does (MNIST with 100 labels: 0.2 to 0.7 against 0.75), the bound pulls
+often than a classifier of the labelled rows does (MNIST with 100 labels: 0.1 to 0.7 against 0.75), the bound pulls
 q(y | x) away from the labels, and a heavy classification term is what keeps it there (benchmarks/RESULTS.md,
 "Semi-supervised VAE").  The fit answers with :math:`q_\phi(y \mid x)`: class probabilities per row.
 

@@ -23,8 +23,8 @@ Inference is amortised: one encoder network :math:`g_\phi` gives every row its p
 
 estimated on minibatches of B rows scaled by n / B (``kl_scale`` is :math:`\beta`, 1 for the ELBO, applied
 with ``poutine.scale`` on z in the model and the guide, times ``anneal``: the KL warm-up factor that
-``svi-amortised``'s setting ``kl_warmup`` raises from near 0 to 1 over its first epochs), or the importance-weighted bound (IWAE, Burda et
-al. 2016) :math:`\sum_i \mathbb E \log \frac1K \sum_k w_{ik}` with
+``svi-amortised``'s setting ``kl_warmup`` raises from near 0 to 1 over its first epochs), or the
+importance-weighted bound (IWAE, Burda et al. 2016) :math:`\sum_i \mathbb E \log \frac1K \sum_k w_{ik}` with
 :math:`w_{ik} = p_\theta(x_i, z_{ik}) / q_\phi(z_{ik} \mid x_i)`, :math:`z_{ik} \sim q_\phi(z \mid x_i)`, tighter as
 K grows.  The marginal likelihood of a row is estimated by importance sampling from q,
 

@@ -49,7 +49,8 @@ __all__ = ["run_svi_amortised", "ELBOS", "make_loss", "EarlyStopping", "KLWarmup
 #: The losses the ``elbo`` setting names.
 ELBOS = ("trace", "iwae", "enum", "tracegraph")
 #: The default training budget and early-stopping patience, in optimiser steps: a small data set has few steps per
-#: epoch, and 100 epochs / patience 10 stopped the digits' VAE 1.6 nats short (benchmarks/RESULTS.md, "VAE defaults").
+#: epoch, and 100 epochs / patience 10 stopped the digits' VAE 1.3-1.6 nats short (benchmarks/RESULTS.md, "VAE
+#: defaults").
 MIN_STEPS, PATIENCE_STEPS = 10_000, 1_000
 
 
@@ -212,7 +213,8 @@ def _register() -> None:
     # The compiled Trace_ELBO: an MNIST epoch 1.08x a hand-written PyTorch VAE's, eager 1.18x
     # (benchmarks/RESULTS.md, "VAE").
     defaults = {"elbo": "trace", "particles": 1, "epochs": None, "batch_size": 128, "lr": 1e-3, "validation": 0.1,
-                "patience": None, "is_samples": 1000, "kl_warmup": 0, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf, "lr_hold": 0.5}
+                "patience": None, "is_samples": 1000, "kl_warmup": 0, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf,
+                "lr_hold": 0.5}
     register_method(Method(
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,
