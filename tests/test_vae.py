@@ -306,11 +306,14 @@ def test_describe_and_list_show_the_vae(capsys):
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: exactness only
-def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path):
-    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest."""
+@pytest.mark.parametrize("kl_warmup", [0, 3])
+def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path, kl_warmup):
+    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest;
+    a KL warm-up resumes at the factor of the step it stopped at."""
     from pyro_bdl.inference import svi as svi_module
 
-    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2)
+    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2,
+              kl_warmup=kl_warmup)
     data = pyro_bdl.load("digits-01")
     reference = pyro_bdl.fit("vae", data, **kw)
     real, count = svi_module.SVI.step, {"n": 0}
