@@ -447,3 +447,22 @@ def test_class_elbos_are_the_labelled_bound_of_each_class():
         draws = -torch.tensor([Trace_ELBO().loss(model, guide, x=x, y=y) for _ in range(300)])
         se = float(draws.std()) / math.sqrt(len(draws))
         assert abs(float(draws.mean()) - float(exact[c])) < 4 * se, (c, float(draws.mean()), float(exact[c]), se)
+
+
+def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():
+    """Labelled and unlabelled rows are two plates, each subsampled and scaled to its size: E over minibatches (and
+    draws) of the enumerated loss with batch_size 3 = the full-data loss (same parameters), classification term
+    included."""
+    from pyro.infer import TraceEnum_ELBO
+
+    ss = pyro_bdl.get_model("ss-vae")
+    pyro.set_rng_seed(0)
+    pyro.clear_param_store()
+    x, y = torch.rand(16, 64), torch.tensor([0, 1, 2, 0, 1, 2] + [-1] * 10)
+    model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
+    guide = ss.guides["encoder"](model)
+    loss = TraceEnum_ELBO(max_plate_nesting=1).loss
+    full = torch.tensor([loss(model, guide, x=x, y=y, batch_size=None) for _ in range(200)])
+    mini = torch.tensor([loss(model, guide, x=x, y=y, batch_size=3) for _ in range(1500)])
+    se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
+    assert abs(float(full.mean() - mini.mean())) < 4 * se, (float(full.mean()), float(mini.mean()), se)
