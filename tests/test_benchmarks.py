@@ -285,10 +285,21 @@ def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
         assert f"| {kind} | " in out
 
 
+def test_vae_defaults_quick_run_prints_a_row_of_the_grid(tmp_path):
+    out = run_script("benchmarks/vae_defaults.py", "--quick", cwd=tmp_path)
+    assert "| data | train rows | lr | epochs : patience |" in out and "| digits-01 | 1437 | 0.001 | 2 : 10 | 0 | 2 |" in out
+
+
 def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
     out = run_script("benchmarks/ss_vae.py", "--quick", cwd=tmp_path)
-    assert "| ss-vae (M2) q(y \\| x) | 100 + unlabelled images | " in out
+    assert "| ss-vae (M2) q(y \\| x), aux_weight " in out and " | 100 + unlabelled images | " in out
     assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out
+
+
+def test_ss_vae_training_quick_run_prints_the_curve(tmp_path):
+    out = run_script("benchmarks/ss_vae_training.py", "--quick", cwd=tmp_path)
+    assert "| epoch | training loss / row | q(y \\| x) accuracy | argmax_c ELBO_c accuracy |" in out
+    assert "\n| 2 | " in out, out
 
 
 def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):

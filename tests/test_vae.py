@@ -306,11 +306,14 @@ def test_describe_and_list_show_the_vae(capsys):
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: exactness only
-def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path):
-    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest."""
+@pytest.mark.parametrize("kl_warmup", [0, 3])
+def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path, kl_warmup):
+    """The early-stopping state (validation history, best epoch and its parameters) is checkpointed with the rest;
+    a KL warm-up resumes at the factor of the step it stopped at."""
     from pyro_bdl.inference import svi as svi_module
 
-    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2)
+    kw = dict(inference="svi-amortised", options=SMALL, epochs=4, patience=1, is_samples=5, progress=False, seed=2,
+              kl_warmup=kl_warmup)
     data = pyro_bdl.load("digits-01")
     reference = pyro_bdl.fit("vae", data, **kw)
     real, count = svi_module.SVI.step, {"n": 0}
@@ -332,6 +335,62 @@ def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, t
     assert reference.info["elbo_history"] == resumed.info["elbo_history"]
     assert reference.info["best_epoch"] == resumed.info["best_epoch"]
     assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
+
+
+def test_kl_warmup_raises_the_scale_on_z_linearly_over_its_epochs():
+    """kl_warmup = 2 epochs of 4 steps: the model sees anneal = (t + 1) / 8 at steps t = 0..7, then 1; the trace
+    scales z (model and guide) by it, and x not at all."""
+    import functools
+
+    from pyro_bdl.inference.amortised import run_svi_amortised
+
+    vae_model, guide_fn = SPEC.model, SPEC.guides["encoder"]
+    seen = []
+
+    def model(x, batch_size=None, anneal=1.0):
+        seen.append(float(anneal))
+        return vae_model(x, data_dim=64, batch_size=batch_size, anneal=anneal, **SMALL)
+
+    guide = functools.partial(guide_fn(functools.partial(vae_model, **SMALL)), data_dim=64)
+    pyro.set_rng_seed(0)
+    pyro.clear_param_store()
+    common = dict(guide=guide, progress=False, elbo="trace", particles=1, batch_size=10, lr=1e-3, validation=0.0,
+                  patience=10, is_samples=1, jit=False)
+    run_svi_amortised(model, {"x": torch.rand(40, 64)}, epochs=4, kl_warmup=2, **common)
+    assert seen == pytest.approx([(t + 1) / 8 for t in range(8)] + [1.0] * 8)
+    seen.clear()
+    run_svi_amortised(model, {"x": torch.rand(40, 64)}, epochs=1, kl_warmup=0, **common)  # the default: none
+    assert seen == [1.0] * 4
+    x = torch.rand(5, 64)
+    guide_trace = pyro.poutine.trace(guide).get_trace(x, anneal=0.25)
+    model_trace = pyro.poutine.trace(pyro.poutine.replay(model, guide_trace)).get_trace(x, anneal=0.25)
+    assert guide_trace.nodes["z"]["scale"] == 0.25 and model_trace.nodes["z"]["scale"] == 0.25
+    assert model_trace.nodes["x"]["scale"] == 1.0
+
+
+def test_the_compiled_loss_reads_the_warmup_factor_it_is_given_at_every_step():
+    """The factor is a tensor input of the compiled graph, changed in place: at the same draws the loss is
+    A + anneal * B (the z terms scaled), so equal steps of anneal change it by equal amounts."""
+    from pyro_bdl.inference.jit import CompiledTrace_ELBO
+
+    pyro.clear_param_store()
+    model = SPEC.bind({**SMALL, "data_dim": 64})
+    guide = SPEC.guides["encoder"](model)
+    factor, loss, x = torch.tensor(1.0), CompiledTrace_ELBO(), torch.rand(20, 64)
+    loss.differentiable_loss(model, guide, x=x, anneal=factor)  # the first call traces the graph (and draws more)
+    values = {}
+    for a in (1.0, 0.25, 0.5, 0.75):
+        factor.fill_(a)
+        pyro.set_rng_seed(3)
+        values[a] = float(loss.differentiable_loss(model, guide, x=x, anneal=factor).detach())
+    assert abs(values[1.0] - values[0.25]) > 1e-3
+    assert values[0.5] - values[0.25] == pytest.approx(values[1.0] - values[0.75], rel=1e-4, abs=1e-4)
+
+
+def test_kl_warmup_needs_a_model_that_takes_the_factor():
+    with pytest.raises(ValueError, match="anneal"):
+        pyro_bdl.fit("ss-vae", pyro_bdl.load("digits-01-semi"), inference="svi-amortised",
+                     options={"latent_dim": 2, "hidden": (8,)}, epochs=1, kl_warmup=1, progress=False)
 
 
 # --------------------------------------------------------------------------- the semi-supervised VAE (M2)
@@ -366,3 +425,44 @@ def test_ss_vae_learns_to_classify_from_few_labels():
     from pyro_bdl.generative import evaluate_classifier
 
     assert evaluate_classifier(fit, full)["test_rows"] == len(full)
+
+
+def test_class_elbos_are_the_labelled_bound_of_each_class():
+    """ELBO_c(x) of models/ss_vae.class_elbos (analytic KL, many draws) against Trace_ELBO's labelled-row bound with
+    every row given label c (Monte Carlo; the classification term weighted 1e-12, nothing): equal within 4 standard
+    errors."""
+    import sys
+
+    ss = pyro_bdl.get_model("ss-vae")
+    class_elbos = sys.modules[ss.model.__module__].class_elbos
+    pyro.set_rng_seed(0)
+    pyro.clear_param_store()
+    options = {"num_classes": 3, "latent_dim": 2, "hidden": (8,), "aux_weight": 1e-12}
+    model = ss.bind(options)
+    guide = ss.guides["encoder"](model)
+    x = torch.rand(8, 64)
+    exact = class_elbos(x, draws=4000, **options).sum(0)  # (C,): the bound of the 8 rows
+    for c in range(3):
+        y = torch.full((8,), float(c))
+        draws = -torch.tensor([Trace_ELBO().loss(model, guide, x=x, y=y) for _ in range(300)])
+        se = float(draws.std()) / math.sqrt(len(draws))
+        assert abs(float(draws.mean()) - float(exact[c])) < 4 * se, (c, float(draws.mean()), float(exact[c]), se)
+
+
+def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():
+    """Labelled and unlabelled rows are two plates, each subsampled and scaled to its size: E over minibatches (and
+    draws) of the enumerated loss with batch_size 3 = the full-data loss (same parameters), classification term
+    included."""
+    from pyro.infer import TraceEnum_ELBO
+
+    ss = pyro_bdl.get_model("ss-vae")
+    pyro.set_rng_seed(0)
+    pyro.clear_param_store()
+    x, y = torch.rand(16, 64), torch.tensor([0, 1, 2, 0, 1, 2] + [-1] * 10)
+    model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
+    guide = ss.guides["encoder"](model)
+    loss = TraceEnum_ELBO(max_plate_nesting=1).loss
+    full = torch.tensor([loss(model, guide, x=x, y=y, batch_size=None) for _ in range(200)])
+    mini = torch.tensor([loss(model, guide, x=x, y=y, batch_size=3) for _ in range(1500)])
+    se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
+    assert abs(float(full.mean() - mini.mean())) < 4 * se, (float(full.mean()), float(mini.mean()), se)

@@ -177,6 +177,7 @@ SETTING_DOMAINS: dict[str, Domain] = {
     "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
     "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
     "epochs": Domain(int, 1), "patience": Domain(int, 1), "is_samples": Domain(int, 1),
+    "kl_warmup": Domain(float, 0, finite=True),  # epochs over which the KL term's factor rises to 1
     "validation": Domain(float, 0, 1, open_high=True),  # the fraction of rows held out for early stopping
 }
 

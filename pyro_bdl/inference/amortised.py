@@ -2,7 +2,8 @@ r"""``svi-amortised``: minibatch SVI for a model that brings its own amortised g
 
 The model's rows are split once into training and validation rows (``validation``: the fraction held out,
 from the fit's seed).  Training runs :func:`~pyro_bdl.inference.svi.optimise` (the zoo's Adam, checkpoints and
-resume) for ``epochs`` x ceil(n_train / ``batch_size``) steps, each on a random minibatch that the model
+resume) for ``epochs`` x ceil(n_train / ``batch_size``) steps (``epochs`` unset, the default: enough epochs for
+:data:`MIN_STEPS` steps, at least 100), each on a random minibatch that the model
 subsamples (``pyro.plate(..., subsample_size=batch_size)``, the likelihood scaled by n_train / B), with the loss
 chosen by ``elbo``:
 
@@ -15,31 +16,56 @@ chosen by ``elbo``:
 
 After every epoch the validation ELBO per row is computed (:func:`validation_elbo`: one draw per row, a fixed
 seed; with ``enum`` the training loss itself, so enumerated latents are summed out, not drawn); training stops
-when it has not improved for ``patience`` epochs, and the parameters of the best epoch are kept.  The
+when it has not improved for ``patience`` epochs (unset, the default: the epochs of :data:`PATIENCE_STEPS` steps,
+at least 10), and the parameters of the best epoch are kept.  The
 progress bar shows the running training ELBO and the validation ELBO per row.  Every latent of such a model is
 local to a row (trait ``amortised``): there are no posterior draws, and the learned parameters (decoder and
 encoder) are returned to be saved with the fit.  ``is_samples`` is K of the fit's importance-sampled
 log p(x), read by the model's report.
+
+``kl_warmup`` (epochs; 0, the default: none) anneals the KL term (Bowman et al. 2016; Sønderby et al. 2016): the
+model's ``anneal`` argument, which scales its latents' log p(z) and log q(z | x) (``poutine.scale``), rises
+linearly as (t + 1) / T over the first T = ``kl_warmup`` x steps-per-epoch steps t, then stays at 1 (Pyro needs
+a scale > 0, hence not from 0 exactly).  The validation ELBO is the unannealed one, and early stopping counts
+epochs from the end of the warm-up.  A model takes the warm-up by having an ``anneal`` argument (the zoo's ``vae``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
 import pyro
 import torch
-from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO
+from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
 
 from ..checkpoint import kept_rng
 from ..marginal import IWAE_ELBO, estimate, plate_nesting
 from .base import Draws
 from .svi import _load_parameters, _parameters, make_elbo, optimise
 
-__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping"]
+__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
+           "PATIENCE_STEPS", "budget"]
 
 #: The losses the ``elbo`` setting names.
 ELBOS = ("trace", "iwae", "enum", "tracegraph")
+#: The default training budget and early-stopping patience, in optimiser steps: a small data set has few steps per
+#: epoch, and 100 epochs / patience 10 stopped the digits' VAE 1.3-1.6 nats short (benchmarks/RESULTS.md, "VAE
+#: defaults").
+MIN_STEPS, PATIENCE_STEPS = 10_000, 1_000
+
+
+def budget(epochs, patience, steps_per_epoch: int) -> tuple[int, int]:
+    """``(epochs, patience)``: the settings, or where unset (None) the epochs of :data:`MIN_STEPS` steps (at least
+    100) and of :data:`PATIENCE_STEPS` steps (at least 10).
+
+    >>> budget(None, None, 11), budget(None, None, 57), budget(5, 2, 11)
+    ((910, 91), (176, 18), (5, 2))
+    """
+    epochs = max(100, math.ceil(MIN_STEPS / steps_per_epoch)) if epochs is None else int(epochs)
+    patience = max(10, math.ceil(PATIENCE_STEPS / steps_per_epoch)) if patience is None else int(patience)
+    return epochs, patience
 
 
 def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
@@ -76,15 +102,45 @@ def _rows(data: dict, index: torch.Tensor, n: int) -> dict:
     return {k: v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in data.items()}
 
 
+class KLWarmup:
+    """The KL warm-up factor ``anneal`` (a 0-dim tensor, an input of the compiled loss) set before every step:
+    (t + 1) / ``steps`` at step t, 1 from step ``steps`` - 1 on.
+
+    >>> w = KLWarmup(4); [w.at(t) for t in range(6)]
+    [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    >>> w(1); float(w.factor)
+    0.5
+    """
+
+    def __init__(self, steps: float):
+        if not float(steps) > 0:
+            raise ValueError(f"the KL warm-up needs a positive number of steps, got {steps}")
+        self.steps, self.factor = float(steps), torch.tensor(1.0)
+
+    def at(self, step: int) -> float:
+        return min(1.0, (step + 1) / self.steps)
+
+    def __call__(self, step: int) -> None:
+        self.factor.fill_(self.at(step))
+
+
+def _takes_anneal(model) -> bool:
+    try:
+        return "anneal" in inspect.signature(model).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class EarlyStopping:
     """The monitor :func:`~pyro_bdl.inference.svi.optimise` calls after every step: at each epoch's end it records
     the running training ELBO per row and the validation ELBO per row, keeps the best epoch's parameters and
-    stops after ``patience`` epochs without improvement (no validation rows: it only records)."""
+    stops after ``patience`` epochs without improvement counted after the first ``warmup`` epochs (no validation
+    rows: it only records)."""
 
     def __init__(self, model, guide, validation: dict | None, steps_per_epoch: int, rows: int, patience: int,
-                 loss=None):
+                 loss=None, warmup: float = 0):
         self.model, self.guide, self.validation, self.loss = model, guide, validation, loss
-        self.steps_per_epoch, self.rows, self.patience = steps_per_epoch, rows, patience
+        self.steps_per_epoch, self.rows, self.patience, self.warmup = steps_per_epoch, rows, patience, warmup
         self.train, self.valid = [], []
         self.best, self.best_epoch, self.bad, self.best_params = -math.inf, 0, 0, None
 
@@ -100,7 +156,7 @@ class EarlyStopping:
             postfix["validation"] = f"{value:.2f}"
             if value > self.best:
                 self.best, self.best_epoch, self.bad, self.best_params = value, epoch, 0, _parameters()
-            else:
+            elif epoch > self.warmup:
                 self.bad += 1
         bar.set_postfix(postfix, refresh=False)
         return self.validation is not None and self.bad >= self.patience
@@ -117,7 +173,7 @@ class EarlyStopping:
 
 
 def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elbo, particles, epochs, batch_size, lr,
-                      validation, patience, is_samples, jit=False, **adam) -> Draws:
+                      validation, patience, is_samples, kl_warmup=0, jit=False, **adam) -> Draws:
     if guide is None or isinstance(guide, str) or not callable(guide):
         raise ValueError("inference 'svi-amortised' needs the model's own amortised guide (an encoder): a zoo model "
                          "with trait 'amortised' names it (ModelSpec.guides), or pass a guide callable")
@@ -132,15 +188,27 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     rows = len(train_index)
     batch = None if batch_size is None or int(batch_size) >= rows else int(batch_size)
     steps_per_epoch = 1 if batch is None else math.ceil(rows / batch)
+    epochs, patience = budget(epochs, patience, steps_per_epoch)
+    if not float(kl_warmup) >= 0:
+        raise ValueError(f"setting 'kl_warmup' is a number of epochs >= 0; got {kl_warmup}")
+    schedule = None
+    if float(kl_warmup) > 0:
+        if not _takes_anneal(model):
+            raise ValueError("setting 'kl_warmup' needs a model that takes the warm-up factor as an argument 'anneal' "
+                             "(scaling its latents' log p(z) and log q(z | x)), as the zoo's vae does")
+        schedule = KLWarmup(float(kl_warmup) * steps_per_epoch)
+        train = {**train, "anneal": schedule.factor}
     monitor = EarlyStopping(model, guide, _rows(data, valid_index, n) if held else None, steps_per_epoch, rows,
-                            int(patience), loss)
+                            int(patience), loss, warmup=float(kl_warmup))
     losses = optimise(model, guide, loss, {**train, "batch_size": batch}, steps=int(epochs) * steps_per_epoch, lr=lr,
-                      progress=progress, desc="svi-amortised", checkpoint=checkpoint, monitor=monitor, **adam)
+                      progress=progress, desc="svi-amortised", checkpoint=checkpoint, monitor=monitor,
+                      schedule=schedule, **adam)
     if monitor.best_params is not None:
         _load_parameters(monitor.best_params)
     store = pyro.get_param_store()
     params = {name: store[name].detach().clone() for name in store.keys()}
-    info = {"training_rows": rows, "validation_rows": held, "epochs_run": len(monitor.train),
+    info = {"training_rows": rows, "validation_rows": held, "epochs": epochs, "patience": patience,
+            "epochs_run": len(monitor.train),
             "steps_per_epoch": steps_per_epoch,
             "elbo_history": {"train": monitor.train, "validation": monitor.valid}}
     if held:
@@ -153,12 +221,14 @@ def _register() -> None:
     from . import Method, register_method
     from .svi import ADAM_SETTINGS
 
-    # Adam at 1e-3 on minibatches of 128 (Pyro's VAE tutorial: 1e-3, batch 256), no elementwise gradient clamp
-    # (the summed likelihood's gradients are large: a clamp makes Adam sign descent), held for half the run.
+    # Adam at 1e-3 on minibatches of 128 (Pyro's VAE tutorial: 1e-3, batch 256; the vae's own default is 3e-3), no
+    # elementwise gradient clamp (the summed likelihood's gradients are large: a clamp makes Adam sign descent), held
+    # for half the run; epochs and patience unset: from the steps per epoch (budget)
     # The compiled Trace_ELBO: an MNIST epoch 1.08x a hand-written PyTorch VAE's, eager 1.18x
     # (benchmarks/RESULTS.md, "VAE").
-    defaults = {"elbo": "trace", "particles": 1, "epochs": 100, "batch_size": 128, "lr": 1e-3, "validation": 0.1,
-                "patience": 10, "is_samples": 1000, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf, "lr_hold": 0.5}
+    defaults = {"elbo": "trace", "particles": 1, "epochs": None, "batch_size": 128, "lr": 1e-3, "validation": 0.1,
+                "patience": None, "is_samples": 1000, "kl_warmup": 0, "jit": True, **ADAM_SETTINGS, "grad_clamp": math.inf,
+                "lr_hold": 0.5}
     register_method(Method(
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,

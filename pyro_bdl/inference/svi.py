@@ -124,7 +124,7 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
-             checkpoint=None, checkpoint_every: int = 500, monitor=None, **adam) -> np.ndarray:
+             checkpoint=None, checkpoint_every: int = 500, monitor=None, schedule=None, **adam) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
     :func:`make_svi`); return the loss trace.
 
@@ -136,7 +136,9 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
 
     ``monitor`` (optional) watches training: ``monitor.after_step(step, losses, bar)`` runs after every step
     (it owns the progress bar's postfix) and returns True to stop (early stopping); ``monitor.state()`` (tensors,
-    numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.
+    numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.  ``schedule``
+    (optional) is called with the step's index before every step (a resumed run calls it from the first step it
+    runs), e.g. to set a KL warm-up factor the model reads.
     """
     svi = make_svi(model, guide, loss, lr=lr, steps=steps, **adam)
     optim = svi.optim
@@ -155,6 +157,8 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                 # the first step validates the distributions' arguments; later steps skip the checks
                 # (a fifth of a small network's step); a NaN loss is still caught below
                 unchecked = pyro.validation_enabled(False) if step > first else contextlib.nullcontext()
+                if schedule is not None:
+                    schedule(step)
                 try:
                     with unchecked:
                         value = svi.step(**data)
