@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 import pyro
-import torch
 import torch.nn.functional as F
 from pyro.params.param_store import param_with_module_name
 from torch import nn

@@ -7,8 +7,6 @@ never another exception, and nothing is written where the command failed.  The d
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import shutil
 import tempfile

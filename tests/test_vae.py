@@ -22,7 +22,7 @@ from pyro.infer import RenyiELBO, Trace_ELBO
 import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.data import DataError, Dataset
-from pyro_bdl.generative import estimate_rows, latents, simulate
+from pyro_bdl.generative import estimate_rows, simulate
 from pyro_bdl.images import load_images, mnist_split
 from pyro_bdl.marginal import IWAE_ELBO, estimate, log_weights
 from pyro_bdl.store import PARAMS, write_fit
