@@ -47,6 +47,7 @@ Example
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 
@@ -56,6 +57,8 @@ from torch.distributions import biject_to
 import pyro
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
+
+from .graph_folding import fold_constants
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]
 
@@ -212,7 +215,8 @@ class FlatPotential:
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
-                    scripted = torch.jit.trace(graph, (theta, *tensors), check_trace=False)
+                    scripted = torch.jit.trace(fold_constants(copy.deepcopy(graph)), (theta, *tensors),
+                                               check_trace=False)
                 _check_same(scripted(theta, *tensors), reference)
                 graph = scripted
             except Exception:  # noqa: BLE001 - the FX graph itself is as correct, a little slower
@@ -259,7 +263,8 @@ class FlatPotential:
             else:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
-                    runner = torch.jit.trace(fused, (*example, *tensors), check_trace=False)
+                    # constants evaluated once: a third fewer operations per step (benchmarks/RESULTS.md, "NUTS speed")
+                    runner = torch.jit.trace(fold_constants(fused), (*example, *tensors), check_trace=False)
             _check_same(runner(*example, *tensors), reference)
             return runner
         except Exception as error:  # noqa: BLE001 - the step still runs, op by op
