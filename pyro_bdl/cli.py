@@ -163,17 +163,24 @@ def _cmd_predict(args) -> None:
     print(f"wrote {len(table)} predictions ({', '.join(table.columns)}) to {args.out}")
 
 
+SAMPLE_FORMATS = (".npz", ".csv", ".png")
+
+
 def _cmd_sample(args) -> None:
     """New rows from a fitted model's prior (its ``size`` argument): an NPZ file with the draws (``x``) and the
-    likelihood's means (``mean``), and for square images a PNG grid of the means."""
+    likelihood's means (``mean``), a CSV of the draws under the fit's feature names (what ``predict`` reads), or
+    for square images a PNG grid of the means."""
     import numpy as np
 
-    from .files import atomic_write
+    from .files import atomic_write, atomic_write_text
     from .generative import simulate
     from .store import load_fit
     from .validate import check_out_file
 
     check_out_file(args.out)
+    suffix = Path(args.out).suffix.lower()
+    if suffix not in SAMPLE_FORMATS:
+        raise ValueError(f"--out {args.out}: unknown format '{suffix}'; write one of {', '.join(SAMPLE_FORMATS)}")
     result = load_fit(args.fit_dir)
     if result.spec.size is None:
         raise ValueError(f"model '{result.spec.name}' cannot simulate new rows without inputs (it has no size argument)")
@@ -196,6 +203,11 @@ def _cmd_sample(args) -> None:
         image_grid(ax, drawn["mean"].numpy(), side, cols)
         atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
         plt.close(fig)
+    elif suffix == ".csv":
+        import pandas as pd
+
+        names = result.info.get("feature_names") or [f"x{j}" for j in range(drawn["x"].shape[-1])]
+        atomic_write_text(out, pd.DataFrame(drawn["x"].reshape(args.num, -1).numpy(), columns=names).to_csv(index=False))
     else:
         def write(tmp):
             with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
@@ -250,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sample", help="new rows (images) from a fitted model's prior")
     p.add_argument("fit_dir", help="directory written by `pyro-bdl fit`")
     p.add_argument("--num", type=int, default=64, help="how many (default 64)")
-    p.add_argument("--out", required=True, help="output file: .npz (draws x and means) or .png (a grid of the means)")
+    p.add_argument("--out", required=True,
+                   help="output file: .npz (draws x and means), .csv (draws, one row each) or .png (a grid of the means)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_cmd_sample)
     return parser

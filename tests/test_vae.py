@@ -291,6 +291,13 @@ def test_cli_fit_predict_sample(tmp_path, capsys):
     assert np.load(tmp_path / "s.npz")["mean"].shape == (9, 64)
     assert main(["sample", str(out), "--num", "9", "--out", str(tmp_path / "s.png")]) == 0
     assert (tmp_path / "s.png").stat().st_size > 0
+    # a CSV of new rows under the fit's feature names: predict reads it back
+    assert main(["sample", str(out), "--num", "5", "--out", str(tmp_path / "s.csv")]) == 0
+    assert main(["predict", str(out), "--data", str(tmp_path / "s.csv"), "--out", str(tmp_path / "ps.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "ps.csv")) == 5
+    capsys.readouterr()
+    assert main(["sample", str(out), "--out", str(tmp_path / "s.txt")]) == 2
+    assert "unknown format '.txt'" in capsys.readouterr().err and not (tmp_path / "s.txt").exists()
     raw = pyro_bdl.load("digits")
     np.savez(tmp_path / "raw.npz", x=raw.X.numpy())
     assert main(["fit", "vae", "--data", str(tmp_path / "raw.npz"), "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
