@@ -162,6 +162,14 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
                                                     ["laplace-ggn:8:samples=20", "seed", "1"]]
 
 
+def test_compile_threshold_quick_run_prints_a_row_per_member(tmp_path):
+    """benchmarks/compile_threshold.py on tiny runs (one process per model and mode): every member of the quick
+    family sampled and its ratio printed."""
+    out = run_script("benchmarks/compile_threshold.py", "--quick", cwd=tmp_path, timeout=600)
+    for member in ("logistic", "hierarchical"):
+        assert f"ratio auto/best [{member}" in out, out
+
+
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
     """benchmarks/speed_mcmc.py on tiny runs (zoo against Pyro's NUTS; NumPyro skipped): every ratio line
     is printed and every sampler's blr posterior means lie within Monte Carlo error of the exact ones."""
