@@ -282,6 +282,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as exc:
         print(f"pyro-bdl: interrupted; {exc or 'nothing was written'}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`pyro-bdl describe blr | head`): stop quietly, as cat does
+        import io
+        import os
+
+        try:  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        return 141
     return 0
 
 

@@ -220,3 +220,15 @@ def test_cli_shows_no_arviz_notice(tmp_path, args):
     assert (tmp_path / "cache" / "arviz" / "daily_warning").exists()  # ArviZ did reach its notice
     assert "FutureWarning" not in done.stderr and "ArviZ is undergoing" not in done.stderr, done.stderr
     assert done.stdout.strip()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch):
+    """`pyro-bdl describe blr | head -2`: the closed pipe ends the command with status 141, not a traceback."""
+    import io
+
+    class ClosedPipe(io.TextIOBase):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["describe", "blr"]) == 141
