@@ -23,6 +23,23 @@ import argparse
 import os
 import tempfile
 import time
+from typing import NamedTuple
+
+
+class Run(NamedTuple):
+    """One NUTS run: wall seconds, batched leapfrog steps, whether it compiled, seconds spent building the fused
+    steps (tracing, and compiling where it did), and the steps auto's rule projects at draws 20 / 50 / 100."""
+
+    seconds: float
+    steps: int
+    compiled: bool
+    building: float
+    projected: list
+
+
+def default_draws(quick: bool) -> tuple[int, int]:
+    """(warm-up, sampling) draws of a member that sets none."""
+    return (30, 30) if quick else (500, 500)
 
 
 def logistic(X, y=None):
@@ -82,14 +99,14 @@ def family(quick: bool):
     for n, hidden in () if quick else ((100, 5), (100, 20)):
         X = torch.linspace(-2, 2, n)[:, None]
         y = torch.sin(2 * X[:, 0]) + 0.2 * torch.randn(n, generator=g)
-        members.append((f"bnn 1-{hidden}-1 n={n} (100+100)", functools.partial(small_bnn, hidden=hidden),
-                        {"X": X, "y": y}, (100, 100)))
+        draws = (100, 100)
+        members.append((f"bnn 1-{hidden}-1 n={n} ({draws[0]}+{draws[1]})", functools.partial(small_bnn, hidden=hidden),
+                        {"X": X, "y": y}, draws))
     return members
 
 
-def run(model, data, mode, warmup, samples, chains):
-    """One NUTS run on a fresh potential, mode never / always / auto: (seconds, batched leapfrog steps,
-    whether it compiled, seconds spent building the fused steps: tracing, and compiling where it did)."""
+def run(model, data, mode, warmup, samples, chains) -> Run:
+    """One NUTS run on a fresh potential, mode never / always / auto."""
     import pyro
 
     from pyro_bdl.inference import nuts_kernel, potential
@@ -133,15 +150,15 @@ def run(model, data, mode, warmup, samples, chains):
         nuts_kernel.COMPILE_AFTER_STEPS = threshold
     steps = sum(p.evaluations for p in seen)
     compiled = any(compiled for p in seen for (_, compiled) in p._fused)
-    return seconds, steps, compiled, building[0], _projections(per_draw)
+    return Run(seconds, steps, compiled, building[0], _projections(per_draw))
 
 
 def _projections(per_draw):
     """The steps auto's rule would project at draws 20 and 50 (steps per draw since half-way there, times the
     draws left), and at draw 100 from draws 75-100, for comparison with the run's own total."""
-    n = len(per_draw)
-    return [int(sum(per_draw[at // 2 if at < 100 else 75:at]) / (at - (at // 2 if at < 100 else 75)) * (n - at))
-            if n > at else 0 for at in (20, 50, 100)]
+    left = len(per_draw)
+    return [int(sum(per_draw[since:at]) / (at - since) * (left - at)) if left > at else 0
+            for at, since in ((20, 10), (50, 25), (100, 75))]
 
 
 def _one(args):
@@ -149,15 +166,14 @@ def _one(args):
     import torch
 
     torch.set_num_threads(args.threads)
-    warmup, samples = (30, 30) if args.quick else (500, 500)
     if args.member < 0:  # the cache warm-up: a tiny model compiled (inductor's CPU probes, worker pool)
         name, model, data, _ = family(quick=True)[0]
         run(model, data, "always", 10, 10, args.chains)
         return
     name, model, data, draws = family(args.quick)[args.member]
-    warmup, samples = draws or (warmup, samples)
-    seconds, steps, compiled, building, projected = run(model, data, args.mode, warmup, samples, args.chains)
-    print(f"RESULT {seconds} {steps} {int(compiled)} {building} " + " ".join(map(str, projected)))
+    warmup, samples = draws or default_draws(args.quick)
+    got = run(model, data, args.mode, warmup, samples, args.chains)
+    print(f"RESULT {got.seconds} {got.steps} {int(got.compiled)} {got.building} " + " ".join(map(str, got.projected)))
 
 
 def _child(args, member, mode, cache):
@@ -179,7 +195,7 @@ def _child(args, member, mode, cache):
     if member < 0:
         return None
     seconds, steps, compiled, building, *projected = lines[-1].split()[1:]
-    return float(seconds), int(steps), bool(int(compiled)), float(building), [int(p) for p in projected]
+    return Run(float(seconds), int(steps), bool(int(compiled)), float(building), [int(p) for p in projected])
 
 
 def main(argv=None):
@@ -202,7 +218,7 @@ def main(argv=None):
 
     from pyro_bdl.inference import nuts_kernel
 
-    warmup, samples = (30, 30) if args.quick else (500, 500)
+    warmup, samples = default_draws(args.quick)
     modes = ("never", "auto") if args.quick else ("never", "always", "auto")
     threshold = nuts_kernel.COMPILE_AFTER_STEPS
     print(f"torch {torch.__version__}, threads {args.threads}, {args.chains} chains x ({warmup} + {samples}), "
@@ -219,21 +235,21 @@ def main(argv=None):
         if args.only is not None and args.only not in name:
             continue
         got = {mode: _child(args, member, mode, cache) for mode in modes}
-        seconds = {mode: got[mode][0] for mode in modes}
+        seconds = {mode: got[mode].seconds for mode in modes}
         best = min(v for k, v in seconds.items() if k != "auto")
-        line = (f"{name:32s} {got['never'][1]:8d} " + " ".join(f"{seconds[m]:9.2f}" for m in modes)
-                + f"  {'compiled' if got['auto'][2] else 'traced':>10s}  {seconds['auto'] / best:9.2f}")
+        line = (f"{name:32s} {got['never'].steps:8d} " + " ".join(f"{seconds[m]:9.2f}" for m in modes)
+                + f"  {'compiled' if got['auto'].compiled else 'traced':>10s}  {seconds['auto'] / best:9.2f}")
         if "always" in got:
             # fixed cost = building the fused steps (tracing; compiling), the rest is per step
-            per_step = {m: (got[m][0] - got[m][3]) / got[m][1] for m in ("never", "always")}
+            per_step = {m: (got[m].seconds - got[m].building) / got[m].steps for m in ("never", "always")}
             saved = per_step["never"] - per_step["always"]
-            even = (got["always"][3] - got["never"][3]) / saved if saved > 0 else float("inf")
+            even = (got["always"].building - got["never"].building) / saved if saved > 0 else float("inf")
             evens.append(even)
-            line += (f"  {got['never'][3]:6.2f} / {got['always'][3]:6.2f}"
+            line += (f"  {got['never'].building:6.2f} / {got['always'].building:6.2f}"
                      f"  {1e6 * per_step['never']:8.1f} / {1e6 * per_step['always']:8.1f}  {even:12.0f}")
         print(line)
-        print(f"    never-compiled run: {got['never'][1]} steps; projected at draw 20 / 50 / 100: "
-              + " / ".join(str(p) for p in got["never"][4]))
+        print(f"    never-compiled run: {got['never'].steps} steps; projected at draw 20 / 50 / 100: "
+              + " / ".join(str(p) for p in got["never"].projected))
         print(f"ratio auto/best [{name}] = {seconds['auto'] / best:.2f}")
     if evens:
         print(f"break-even steps over the family: median {statistics.median(evens):.0f}, "

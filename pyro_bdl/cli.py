@@ -206,8 +206,8 @@ def _cmd_sample(args) -> None:
     elif suffix == ".csv":
         import pandas as pd
 
-        names = result.info.get("feature_names") or [f"x{j}" for j in range(drawn["x"].shape[-1])]
-        atomic_write_text(out, pd.DataFrame(drawn["x"].reshape(args.num, -1).numpy(), columns=names).to_csv(index=False))
+        table = pd.DataFrame(drawn["x"].numpy(), columns=result.info["feature_names"])
+        atomic_write_text(out, table.to_csv(index=False))
     else:
         def write(tmp):
             with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("fit_dir", help="directory written by `pyro-bdl fit`")
     p.add_argument("--num", type=int, default=64, help="how many (default 64)")
     p.add_argument("--out", required=True,
-                   help="output file: .npz (draws x and means), .csv (draws, one row each) or .png (a grid of the means)")
+                   help="output file: .npz (draws x and means), .csv (draws, one row each) "
+                        "or .png (a grid of the means)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_cmd_sample)
     return parser

@@ -53,11 +53,8 @@ __all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY", "COMPIL
 
 #: An energy error above this marks a divergent transition (Stan's and Pyro's threshold).
 MAX_DELTA_ENERGY = 1000.0
-#: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps.  A fit's
-#: first compile in a process (15-25 s) pays after 22-100k steps (median 38k) on a generated family of models, but
-#: the projection from early warm-up draws errs both ways (hierarchical models 2-4x over, the 1-50-1 BNN 0.7x
-#: under): 30k left that BNN traced (36 s against 14 s) and changed nothing else measured, so 20k stays
-#: (benchmarks/RESULTS.md, "NUTS speed").
+#: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps; 20k, not
+#: the family's higher break-even, as early projections err both ways (benchmarks/RESULTS.md, "compile threshold").
 COMPILE_AFTER_STEPS = 20_000
 _HMC_TRAJECTORY = math.pi / 2
 #: How often a checkpointed run saves the sampler's state (and on Ctrl-C): a minute of work at most is redone.
