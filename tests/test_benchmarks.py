@@ -168,6 +168,22 @@ def test_compile_threshold_quick_run_prints_a_row_per_member(tmp_path):
     out = run_script("benchmarks/compile_threshold.py", "--quick", cwd=tmp_path, timeout=600)
     for member in ("logistic", "hierarchical"):
         assert f"ratio auto/best [{member}" in out, out
+    assert "auto's rule on the never-compiled run's steps" in out, out
+
+
+def test_compile_threshold_replays_auto_on_saved_steps(tmp_path):
+    """--replay records per-draw steps (tiny runs), saves them, and a second run replays the rule on the saved
+    steps at two thresholds: the same per-threshold lines both times."""
+    saved = tmp_path / "steps.json"
+    first = run_script("benchmarks/compile_threshold.py", "--quick", "--replay", "--save", str(saved), cwd=tmp_path)
+    again = run_script("benchmarks/compile_threshold.py", "--replay", "--load", str(saved), "--thresholds", "0",
+                       "1000000", cwd=tmp_path)
+    assert "recorded logistic" in first and saved.exists()
+    for threshold in (0, 1000000):
+        assert f"ratio auto/best [threshold {threshold}, F 18 s]" in again, again
+    # threshold 0 compiles every run at its first decision, 1e6 none
+    assert "compiles at never" not in again.split("--- threshold 1000000")[0]
+    assert "compiles at never" in again.split("--- threshold 1000000")[1]
 
 
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):

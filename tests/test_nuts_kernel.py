@@ -116,6 +116,33 @@ def test_compiled_mid_run_by_auto_recovers_the_exact_posterior_with_the_same_dra
     _check_exact(draws, exact)
 
 
+def _compile_draw(per_draw, warmup, cap=1023):
+    """The draw before which compile="auto" compiles a run with these per-draw steps (None: never)."""
+    counted = {0: 0}
+    for i in range(len(per_draw)):
+        counted[i] = counted[i - 1] + per_draw[i - 1] if i else 0
+        if nuts_kernel._compile_now(i, counted, warmup, len(per_draw), cap):
+            return i
+    return None
+
+
+def test_auto_compiles_deep_trees_at_once_and_waits_for_the_mass_matrix_on_shrinking_ones():
+    threshold = nuts_kernel.COMPILE_AFTER_STEPS
+    # a BNN's trees: at the depth cap after a few draws; projected at once, as soon as 10 draws show it
+    saturated = [20] * 10 + [255] * 190
+    assert _compile_draw(saturated, 100, cap=255) == 15
+    assert _compile_draw(saturated[:threshold // 255], 10, cap=255) is None  # too short a run to pay
+    # hierarchical warm-up: 100 steps a draw until the mass matrix adapts, 15 after; 15k steps in all, but
+    # 98k projected at draw 20 (the old rule compiled here)
+    shrinking = [100] * 110 + [15] * 890
+    assert 98 * 1000 > 3 * threshold and sum(shrinking) < threshold
+    assert _compile_draw(shrinking, 500) is None
+    # long trees that stay long but under the cap: compiled after the second mass update (draw 150) + 10 draws
+    assert _compile_draw([200] * 1000, 500) == 160
+    # no mass adaptation (warm-up < 20): one projection at draw min(50, total / 10)
+    assert _compile_draw([100] * 400, 10) == 40 and _compile_draw([10] * 400, 10) is None
+
+
 def constrained_model(y=None, flips=None, labels=None):
     """HalfNormal, Beta and Dirichlet sites, each with its own likelihood."""
     s = pyro.sample("s", dist.HalfNormal(2.0))

@@ -53,9 +53,9 @@ __all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY", "COMPIL
 
 #: An energy error above this marks a divergent transition (Stan's and Pyro's threshold).
 MAX_DELTA_ENERGY = 1000.0
-#: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps; 20k, not
-#: the family's higher break-even, as early projections err both ways (benchmarks/RESULTS.md, "compile threshold").
-COMPILE_AFTER_STEPS = 20_000
+#: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps than this
+#: (:func:`_compile_now`); 25k: the best of 20-30k on recorded runs replayed (benchmarks/RESULTS.md, "compile threshold").
+COMPILE_AFTER_STEPS = 25_000
 _HMC_TRAJECTORY = math.pi / 2
 #: How often a checkpointed run saves the sampler's state (and on Ctrl-C): a minute of work at most is redone.
 SAVE_EVERY_SECONDS = 60.0
@@ -456,6 +456,37 @@ def _initial_points(dyn, chains, dim, dtype, generator, tries=100):
                      "Uniform(-2, 2) in unconstrained space: check the model's log density")
 
 
+def _compile_now(i: int, counted: dict, warmup: int, total: int, cap: int) -> bool:
+    """compile="auto"'s rule, before draw ``i`` of ``total``: whether the rest of the run, projected from the
+    (batched) leapfrog steps of recent draws, needs more than :data:`COMPILE_AFTER_STEPS` steps.  ``counted``:
+    draw -> the potential's evaluations before it; ``cap``: the most steps one draw can take.
+
+    Trees at the depth cap (half of it or more over the last 10 draws, as a BNN's are) stay deep: such a run
+    is projected at once.  Shorter warm-up trees shrink, 2-15x on hierarchical models, as the mass matrix
+    adapts, so those runs are projected from the 10 draws after each mass update, against 1.5 times the
+    threshold while more updates come; before the first only a projection past 10 times the threshold
+    counts, at draw 20 (benchmarks/RESULTS.md, "compile threshold").
+    """
+    recent, settle = 10, 10
+    updates = [last + 1 + settle for _, last in adaptation_windows(warmup) if last + 1 + settle < total]
+    updates = updates[1:] or updates  # the first window is short (25 draws): its mass matrix is rough
+    first = updates[0] if updates else min(50, total // 10)
+    left = total - i
+    if recent <= i < first:
+        rate = (counted[i] - counted[i - recent]) / recent
+        if rate >= cap / 2:
+            return rate * left > COMPILE_AFTER_STEPS
+        return i == 20 and rate * left > 10 * COMPILE_AFTER_STEPS
+    if i in updates:  # the fewer steps a draw of the 10 draws after the update and of the 50 before it
+        before = max(i - settle - 50, 0)
+        rate = min((counted[i] - counted[i - settle]) / settle,
+                   (counted[i - settle] - counted[before]) / max(i - settle - before, 1))
+        return rate * left > (1.5 if i != updates[-1] else 1.0) * COMPILE_AFTER_STEPS
+    if i == first > 0:  # no mass adaptation: one projection, from the draws since half-way
+        return (counted[i] - counted[i // 2]) / (i - i // 2) * left > COMPILE_AFTER_STEPS
+    return False
+
+
 def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel: str = "nuts",
            target_accept: float = 0.8, max_tree_depth: int = 10, full_mass: bool = False, seed: int = 0,
            compile: bool | str = "auto", progress: bool = False, resume: dict | None = None,
@@ -466,8 +497,9 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     (``potential.data_tensors(data)``).  ``kernel``: "nuts" or "hmc" (trajectory length pi/2, at most
     2^max_tree_depth steps).  A leapfrog step and its tree bookkeeping run as one function with the
     potential: TorchScript, or compiled by inductor (``compile=True``; seconds to a minute to compile);
-    ``compile="auto"`` compiles once the run, projected from the leapfrog steps of its first draws, needs
-    more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the same draws.
+    ``compile="auto"`` compiles once the rest of the run, projected from the leapfrog steps of recent draws
+    (:func:`_compile_now`), needs more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the
+    same draws.
 
     ``on_save(state)`` is called with the sampler's whole state (tensors and numbers, as a checkpoint holds
     them) every ``save_every`` seconds and when the run is interrupted (Ctrl-C, re-raised after the save);
@@ -483,11 +515,7 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
     dyn = _Dynamics(potential, tensors, inverse_mass, compile=compile is True)
-    # compile="auto" decides at draw 20 if the run looks five times past the threshold (deep trees from
-    # the start), else at draw 50, each time projecting the steps per draw of the draws since half-way there
-    decide = ({min(at, (warmup + samples) // 10): factor for at, factor in ((20, 5), (50, 1))}
-              if compile == "auto" else {})
-    decide.pop(0, None)
+    cap = 2 ** max_tree_depth - (kernel == "nuts")  # the most leapfrog steps one draw can take
     counted = {}
     start = 0
     if resume is None:
@@ -547,9 +575,8 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
             last_save = time.monotonic()
         generator_state = generator.get_state() if on_save is not None else None
         counted[i] = potential.evaluations
-        if i in decide and not dyn.compile:  # deterministic: counts steps, never times them
-            per_draw = (potential.evaluations - counted[i // 2]) / (i - i // 2)
-            dyn.compile = per_draw * (warmup + samples - i) > decide[i] * COMPILE_AFTER_STEPS
+        if compile == "auto" and not dyn.compile:  # deterministic: counts steps, never times them
+            dyn.compile = _compile_now(i, counted, warmup, warmup + samples, cap)
         try:
             (z, u, g), stats = transition(z, u, g, step_size)
         except KeyboardInterrupt:
