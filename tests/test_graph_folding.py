@@ -1,16 +1,19 @@
-"""Constant folding of traced graphs (pyro_bdl.inference.graph_folding): the folded graph computes what the
-graph did, on inputs other than those it was traced with, and leaves random operations and shape-changing
-identities alone."""
+"""Constant folding and simplification of traced graphs (pyro_bdl.inference.graph_folding) and the static runtime
+(pyro_bdl.inference.scripted): the changed graph computes what the graph did, on inputs other than those it was
+traced with, and leaves random operations, writes into inputs and shape-changing identities alone."""
 
 from __future__ import annotations
 
 import copy
 
 import pyro
+import pyro.distributions as dist
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyro_bdl.inference.graph_folding import fold_constants, operations
+from pyro_bdl.inference.graph_folding import fold_constants, operations, simplify
+from pyro_bdl.inference.scripted import script
 from pyro_bdl.inference.potential import flat_potential
 from pyro_bdl.registry import get_model
 
@@ -54,8 +57,10 @@ def test_in_place_operations_are_not_folded():
 
 
 def test_the_traced_kernel_gives_the_draws_of_its_unfolded_steps(monkeypatch):
-    """The zoo NUTS kernel's traced steps, folded, give the draws the same steps give without folding."""
+    """The zoo NUTS kernel's traced steps, folded, simplified and run by the static runtime, give the draws the
+    same steps give as plain TorchScript."""
     from pyro_bdl.inference import potential as potential_module
+    from pyro_bdl.inference import scripted
     from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
 
     X, y = torch.randn(40, 2), torch.randn(40)
@@ -68,7 +73,131 @@ def test_the_traced_kernel_gives_the_draws_of_its_unfolded_steps(monkeypatch):
                             jit=False).samples["w"]
 
     folded = draws()
-    monkeypatch.setattr(potential_module, "fold_constants", lambda gm: gm)
+    monkeypatch.setattr(scripted, "fold_constants", lambda gm: gm)
+    monkeypatch.setattr(scripted, "simplify", lambda gm: gm)
+    monkeypatch.setattr(scripted, "_static", lambda traced, example, want: None)
     unfolded = draws()
     potential_module._CACHE.clear()
     assert torch.allclose(folded, unfolded, rtol=1e-5, atol=1e-5)
+
+
+def _targets(gm) -> list:
+    return [node.target for node in gm.graph.nodes if node.op == "call_function"]
+
+
+def _numbers(gm) -> list:
+    """Python numbers among the tensor operations' arguments (shape lists and dims aside)."""
+    return [a for node in gm.graph.nodes if node.op == "call_function" for a in node.args
+            if isinstance(a, float)]
+
+
+def _agree(gm, f, *inputs):
+    want, got = f(*inputs), gm(*inputs)
+    wants, gots = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for a, b in zip(wants, gots):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_numbers_become_tensors_of_the_operand_dtype_and_squares_products(dtype):
+    def f(x):
+        return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), x.masked_fill(x < 0, 7.0)
+
+    x = torch.randn(5, dtype=dtype)
+    gm = simplify(make_fx(f)(x))
+    assert _numbers(gm) == []
+    assert torch.ops.aten.pow.Tensor_Scalar not in _targets(gm)
+    for seed in range(3):
+        _agree(gm, f, torch.randn(5, dtype=dtype, generator=torch.Generator().manual_seed(seed)))
+
+
+def test_a_flat_vectors_slice_gradients_become_one_cat_with_zeros_where_no_slice_reads():
+    def f(theta):  # coordinates 2 and 6 unread: their gradient is zero
+        return (theta[0:2] ** 2).sum() + theta[3:6].exp().sum() + theta[7:].sin().sum()
+
+    grad = torch.func.grad(f)
+    theta = torch.randn(9)
+    gm = make_fx(grad)(theta)
+    assert torch.ops.aten.slice_backward.default in _targets(gm)
+    gm = simplify(gm)
+    assert torch.ops.aten.slice_backward.default not in _targets(gm)
+    assert _targets(gm).count(torch.ops.aten.cat.default) == 1
+    _agree(gm, grad, torch.randn(9))
+
+
+def test_an_in_place_write_into_a_fresh_result_becomes_out_of_place_and_one_into_an_input_is_kept():
+    def fresh(x):
+        y = x * 2.0
+        y.masked_fill_(x < 0, 0.0)
+        return y.unsqueeze(-1).sum(-1) + y.exp() + y.exp()
+
+    x = torch.randn(6)
+    gm = simplify(make_fx(fresh)(x))
+    assert not [t for t in _targets(gm) if t.__name__.split(".")[0].endswith("_")]
+    assert _targets(gm).count(torch.ops.aten.exp.default) == 1  # computed once
+    assert torch.ops.aten.sum.dim_IntList not in _targets(gm)  # a sum over a size-1 dimension is no sum
+    _agree(gm, fresh, torch.randn(6))
+
+    def into_input(x):
+        x.mul_(2.0)
+        return x + x.exp()
+
+    gm = simplify(make_fx(into_input)(torch.randn(4)))
+    assert torch.ops.aten.mul_.Tensor in _targets(gm)
+    a = torch.randn(4)
+    assert torch.allclose(gm(a.clone()), into_input(a.clone()))
+
+
+def test_a_reshape_that_a_later_view_depends_on_is_kept():
+    def f(x):  # x.t() then back: the same shape as x, other strides; the view after it needs them
+        return x.t().t().reshape(-1) * 2.0, x.expand(3, 4) + 1.0
+
+    x = torch.randn(3, 4)
+    gm = simplify(make_fx(f)(x))
+    _agree(gm, f, torch.randn(3, 4))
+
+
+def _schools(y, sigma):  # a user's model: HalfCauchy's log-density writes -inf into a fresh tensor in place
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("schools", len(y)):
+        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+        pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
+
+
+def test_the_simplified_potentials_of_zoo_and_user_models_give_the_same_values_and_gradients():
+    X, y = torch.randn(30, 2), torch.randn(30)
+    cases = [(get_model("blr").bind({"noise": 1.0}), {"X": X, "y": y}),
+             (get_model("bnn-regressor").bind({"hidden": [5]}), {"X": X, "y": y}),
+             (_schools, {"y": torch.randn(8) * 10, "sigma": torch.rand(8) * 10 + 5})]
+    for model, data in cases:
+        potential = flat_potential(model, data, chains=3, compile=False)
+        tensors = potential.data_tensors(data)
+        potential.value_and_grad(torch.randn(3, potential.dim), tensors)
+        graph = potential._graph
+        simplified = simplify(fold_constants(copy.deepcopy(graph)))
+        assert operations(simplified) < operations(graph)
+        run = script(copy.deepcopy(graph), (torch.randn(3, potential.dim), *tensors))
+        for seed in range(3):  # points and data it was not traced with
+            g = torch.Generator().manual_seed(seed)
+            args = (torch.randn(3, potential.dim, generator=g), *(t + 0.1 * torch.randn(t.shape, generator=g)
+                                                                   for t in tensors))
+            for want, got, ran in zip(graph(*args), simplified(*args), run(*args)):
+                assert torch.allclose(want, got, rtol=1e-5, atol=1e-5)
+                assert torch.allclose(want, ran, rtol=1e-5, atol=1e-5)
+
+
+def test_the_static_runtimes_outputs_survive_its_next_call():
+    def f(x, y):
+        return x * y + 1.0, (x - y).exp().sum(-1)
+
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    run = script(make_fx(f)(x, y), (x, y))
+    if hasattr(torch._C, "_jit_to_static_module"):
+        assert isinstance(run, torch._C.StaticModule)
+    first = run(x, y)
+    kept = tuple(t.clone() for t in first)
+    run(torch.randn(4, 3), torch.randn(4, 3))
+    assert all(torch.equal(a, b) for a, b in zip(first, kept))
+    assert torch.allclose(first[0], x * y + 1.0)

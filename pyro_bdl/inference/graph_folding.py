@@ -1,4 +1,4 @@
-r"""Constant folding of a traced ``torch.fx`` graph: what the traced (TorchScript) sampler step need not redo.
+r"""Constant folding and simplification of a traced ``torch.fx`` graph: what the traced sampler step need not redo.
 
 A model's potential traced by ``make_fx`` keeps every operation Pyro ran, including those whose values are fixed
 once the shapes are: the log of a constant noise scale broadcast to every row, ``zeros_like`` of a parameter for
@@ -8,6 +8,12 @@ a microsecond per operation, so these cost real time on a small model (benchmark
 value follows from a shape: ``zeros_like``, ``new_zeros``, ``ones_like``, ``full_like``, ...), stores the result on
 the graph module, and drops additions of zeros and multiplications by ones where that changes neither shape nor
 dtype.  Random and in-place operations are never folded.
+
+:func:`simplify` then makes the remaining operations fewer and cheaper for the same values: a Python number
+operand becomes a 0-dim tensor of the operand's dtype (a number is wrapped and cast at every call, 3-5x an
+operation's own time), ``x ** 2`` becomes ``x * x``, the gradient of a flat vector read in slices becomes one
+``cat`` instead of a zero tensor per slice added up, sums over size-1 dimensions and reshapes that give back their
+source go, and a repeated operation is computed once (benchmarks/RESULTS.md, "static runtime").
 
 Example
 -------
@@ -22,6 +28,9 @@ Example
 >>> x = torch.randn(3)
 >>> bool(torch.allclose(gm(x), f(x)))
 True
+>>> g = make_fx(lambda x: (x * 0.5) ** 2 + (x * 0.5) ** 2)(x)
+>>> operations(g), operations(simplify(g))  # one product by a 0-dim tensor, one square, one sum
+(5, 3)
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-__all__ = ["fold_constants", "operations"]
+__all__ = ["fold_constants", "simplify", "operations"]
 
 _aten = torch.ops.aten
 #: Creators whose value is fixed by the output's shape and dtype (and, for full, the fill value).
@@ -137,5 +146,220 @@ def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
         known[constant] = value
     graph.eliminate_dead_code()
     graph.lint()
+    gm.recompile()
+    return gm
+
+
+# --- simplification: fewer and cheaper operations, same values -------------------------------------------------
+
+#: Binary operations whose Python-number operand becomes a 0-dim tensor of the result's dtype.
+_BINARY = {_aten.add.Tensor: _aten.add.Tensor, _aten.sub.Tensor: _aten.sub.Tensor, _aten.mul.Tensor: _aten.mul.Tensor,
+           _aten.div.Tensor: _aten.div.Tensor, _aten.add.Scalar: _aten.add.Tensor, _aten.sub.Scalar: _aten.sub.Tensor,
+           _aten.mul.Scalar: _aten.mul.Tensor, _aten.div.Scalar: _aten.div.Tensor}
+#: Comparisons with a number: the number becomes a 0-dim tensor of the compared tensor's dtype.
+_COMPARE = {_aten.lt.Scalar: _aten.lt.Tensor, _aten.le.Scalar: _aten.le.Tensor, _aten.gt.Scalar: _aten.gt.Tensor,
+            _aten.ge.Scalar: _aten.ge.Tensor, _aten.eq.Scalar: _aten.eq.Tensor, _aten.ne.Scalar: _aten.ne.Tensor}
+#: Operations that only reshape (their output is a view of their first input).
+_VIEWS = {_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.expand.default,
+          _aten.unsqueeze.default, _aten.squeeze.dim, _aten.squeeze.dims, _aten.squeeze.default, _aten.alias.default}
+
+
+def _meta(node):
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
+    """A 0-dim tensor constant on ``gm``, one node per value and dtype, placed before the first operation."""
+    spelled = repr(value).replace(".", "p").replace("-", "m").replace("+", "")  # an identifier: 0.5 -> 0p5
+    key = f"_scalar_{str(dtype).split('.')[-1]}_{spelled}"
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target == key:
+            return node
+    gm.register_buffer(key, torch.tensor(value, dtype=dtype))
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    with gm.graph.inserting_before(first):
+        node = gm.graph.get_attr(key)
+    node.meta["val"] = gm._buffers[key]
+    return node
+
+
+def _scalars_as_tensors(gm: fx.GraphModule) -> None:
+    """``x * 0.5`` -> ``x * c`` with ``c`` a 0-dim tensor of x's dtype, likewise +, -, /, comparisons, clamps and
+    masked fills: a Python number is wrapped and cast at every call (3-5x the operation's own time here); and
+    ``x ** 2`` -> ``x * x``."""
+    for node in list(gm.graph.nodes):
+        out = _meta(node)
+        if node.op != "call_function" or out is None:
+            continue
+        t, args = node.target, list(node.args)
+        if t is _aten.pow.Tensor_Scalar and args[1] == 2 and _meta(args[0]) is not None \
+                and _meta(args[0]).dtype == out.dtype:
+            node.target, node.args = _aten.mul.Tensor, (args[0], args[0])
+            continue
+        if t in _BINARY and out.is_floating_point() and len(args) == 2 and node.kwargs.get("alpha", 1) == 1:
+            numbers = [i for i, a in enumerate(args) if isinstance(a, (int, float)) and not isinstance(a, bool)]
+            tensors = [a for a in args if _meta(a) is not None]
+            if len(numbers) == 1 and len(tensors) == 1 and _meta(tensors[0]).dtype == out.dtype:
+                i = numbers[0]
+                args[i] = _constant(gm, float(args[i]), out.dtype)
+                node.target, node.args = _BINARY[t], tuple(args)
+            continue
+        if t in _COMPARE and _meta(args[0]) is not None and _meta(args[0]).is_floating_point() \
+                and isinstance(args[1], (int, float)) and not isinstance(args[1], bool):
+            args[1] = _constant(gm, float(args[1]), _meta(args[0]).dtype)
+            node.target, node.args = _COMPARE[t], tuple(args)
+            continue
+        if t is _aten.clamp.default and out.is_floating_point() and len(args) in (2, 3) and not node.kwargs:
+            low, high = (args + [None])[1:3]
+            numbers = [v for v in (low, high) if v is not None]
+            if len(numbers) == 1 and isinstance(numbers[0], (int, float)):
+                bound = _constant(gm, float(numbers[0]), out.dtype)
+                node.target = _aten.clamp_min.Tensor if low is not None else _aten.clamp_max.Tensor
+                node.args = (args[0], bound)
+            continue
+        if t is _aten.masked_fill.Scalar and out.is_floating_point() and isinstance(args[2], (int, float)):
+            node.target, node.args = _aten.masked_fill.Tensor, (args[0], args[1],
+                                                                _constant(gm, float(args[2]), out.dtype))
+
+
+def _aliases(target) -> bool:
+    """An operation whose output is a view of an input or which writes into one (``view``, ``add_``, ...)."""
+    schema = getattr(target, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns) or any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _out_of_place(gm: fx.GraphModule) -> bool:
+    """In-place operations on a fresh result nothing else reads (Pyro's ``masked_fill_`` of a log-density) ->
+    their out-of-place forms.  -> whether the graph is free of in-place operations."""
+    pure = True
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        packet, overload = node.target.__name__.split(".")[0], node.target._overloadname
+        if not packet.endswith("_") or packet.startswith("_"):
+            continue
+        target, written = node.args[0] if node.args else None, None
+        functional = getattr(getattr(_aten, packet[:-1], None), overload, None)
+        fresh = (isinstance(target, fx.Node) and target.op == "call_function" and not _aliases(target.target)
+                 and list(target.users) == [node])
+        if functional is None or not fresh:
+            pure = False
+            continue
+        node.target = functional
+    return pure
+
+
+def _singleton_sums_as_views(graph: fx.Graph) -> None:
+    """A sum over dimensions of size 1 (a log-density summed over an event of one value) -> a view."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not _aten.sum.dim_IntList or node.kwargs:
+            continue
+        x, dims = node.args[:2]
+        val, out = _meta(x), _meta(node)
+        if val is None or out is None or val.dtype != out.dtype or not dims or len(node.args) > 3:
+            continue
+        if all(val.shape[d] == 1 for d in dims):
+            try:
+                meta = val.view(list(out.shape))
+            except Exception:  # noqa: BLE001 - a shape view cannot give: leave the sum
+                continue
+            with graph.inserting_before(node):
+                new = graph.call_function(_aten.view.default, (x, list(out.shape)))
+            new.meta = {**node.meta, "val": meta}
+            node.replace_all_uses_with(new)
+
+
+def _drop_identity_views(graph: fx.Graph) -> None:
+    """A chain of reshapes that gives back its source's shape -> the source, e.g. ``unsqueeze`` then a view
+    back, or an ``expand`` to the same shape (where no later view or write depends on the chain's strides)."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _VIEWS:
+            continue
+        out = _meta(node)
+        strided = any(user.op == "call_function" and _aliases(user.target) for user in node.users)
+        source = node.args[0]
+        while out is not None and isinstance(source, fx.Node):
+            val = _meta(source)
+            if val is not None and val.shape == out.shape and val.dtype == out.dtype \
+                    and (val.stride() == out.stride() or not strided):
+                node.replace_all_uses_with(source)
+                break
+            if source.op != "call_function" or source.target not in _VIEWS:
+                break
+            source = source.args[0]
+
+
+def _slice_sums_as_cat(gm: fx.GraphModule) -> None:
+    """The gradient of a flat vector read in slices, ``slice_backward(g1, ...) + slice_backward(g2, ...) + ...``
+    (each a zero tensor with one slice filled), -> ``cat([g1, g2, ...])``, zeros where no slice covers."""
+    graph = gm.graph
+    pieces: dict = {}  # node -> (sizes, dim, [(start, end, source)])
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is _aten.slice_backward.default:
+            grad, sizes, dim, start, end, step = node.args
+            sizes = list(sizes)
+            dim = dim % len(sizes)
+            start, end = max(start if start >= 0 else start + sizes[dim], 0), min(end, sizes[dim])
+            if step == 1 and _meta(grad) is not None and _meta(grad).shape[dim] == end - start:
+                pieces[node] = (sizes, dim, [(start, end, grad)])
+        elif node.target is _aten.add.Tensor and not node.kwargs and all(a in pieces for a in node.args[:2]):
+            (sa, da, pa), (sb, db, pb) = pieces[node.args[0]], pieces[node.args[1]]
+            spans = sorted(pa + pb, key=lambda p: p[0])
+            if sa == sb and da == db and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])):
+                pieces[node] = (sa, da, spans)
+    for node, (sizes, dim, spans) in pieces.items():
+        if len(spans) < 2 or all(user in pieces for user in node.users):
+            continue
+        dtype, parts, at = _meta(node).dtype, [], 0
+        for start, end, source in spans + [(sizes[dim], sizes[dim], None)]:
+            if start > at:  # a gap no slice covers: zeros
+                shape = list(sizes)
+                shape[dim] = start - at
+                name = f"_gap_{len(gm._buffers)}"
+                gm.register_buffer(name, torch.zeros(shape, dtype=dtype))
+                with graph.inserting_before(node):
+                    parts.append(graph.get_attr(name))
+            if source is not None:
+                parts.append(source)
+            at = end
+        with graph.inserting_before(node):
+            cat = graph.call_function(_aten.cat.default, (parts, dim))
+        cat.meta = dict(node.meta)
+        node.replace_all_uses_with(cat)
+
+
+def _common_subexpressions(graph: fx.Graph) -> None:
+    """The same (non-random, not in-place) operation on the same inputs, computed once."""
+    seen: dict = {}
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not _safe(node.target):
+            continue
+        try:
+            key = (node.target, repr(node.args), repr(sorted(node.kwargs.items())))
+        except Exception:  # noqa: BLE001
+            continue
+        if key in seen:
+            node.replace_all_uses_with(seen[key])
+        else:
+            seen[key] = node
+
+
+def simplify(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` with cheaper operations for the same values (in place; returned): Python numbers as tensors,
+    sums over size-1 dimensions and reshapes that change nothing removed, a flat vector's slice gradients
+    concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime")."""
+    pure = _out_of_place(gm)
+    _scalars_as_tensors(gm)
+    _slice_sums_as_cat(gm)
+    if pure:  # with no writes into tensors, values alone decide what may be shared
+        _singleton_sums_as_views(gm.graph)
+        _drop_identity_views(gm.graph)
+        _common_subexpressions(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
     gm.recompile()
     return gm

@@ -10,8 +10,9 @@ leapfrog step (one batched potential-and-gradient call, :mod:`pyro_bdl.inference
 every chain still building, and masks freeze the chains whose tree has stopped; a draw costs the
 longest tree among the chains.  A leaf (leapfrog step, energy error, multinomial sampling, checkpoint
 writes and every U-turn check of that leaf) is one function of tensors, as is the merge of a finished
-subtree, each traced together with the potential (:meth:`FlatPotential.fuse`) and run as TorchScript
-or compiled: Python only loops over leaves and asks once per leaf whether any chain still builds.
+subtree, each traced together with the potential (:meth:`FlatPotential.fuse`) and run by PyTorch's static
+runtime (:mod:`pyro_bdl.inference.scripted`) or compiled: Python only loops over leaves and asks once per leaf
+whether any chain still builds.
 
 Plain HMC takes ``round(pi/2 / step_size)`` leapfrog steps (trajectory length pi/2, as the ``hmc``
 method with Pyro's kernel) and a Metropolis correction.
@@ -496,7 +497,7 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     ``potential``: a :class:`~pyro_bdl.inference.potential.FlatPotential`; ``tensors``: its data tensors
     (``potential.data_tensors(data)``).  ``kernel``: "nuts" or "hmc" (trajectory length pi/2, at most
     2^max_tree_depth steps).  A leapfrog step and its tree bookkeeping run as one function with the
-    potential: TorchScript, or compiled by inductor (``compile=True``; seconds to a minute to compile);
+    potential: traced (the static runtime, :mod:`pyro_bdl.inference.scripted`), or compiled by inductor (``compile=True``; seconds to a minute to compile);
     ``compile="auto"`` compiles once the rest of the run, projected from the leapfrog steps of recent draws
     (:func:`_compile_now`), needs more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the
     same draws.

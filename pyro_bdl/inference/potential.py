@@ -14,14 +14,15 @@ non-tensor settings and data shapes (:func:`flat_potential` caches it across cha
 ``torch.func.vmap(torch.func.grad_and_value(U))`` is traced to one graph of tensor operations
 (``make_fx``: Pyro's effect handlers run once, at the trace, not at every leapfrog step), with the
 data tensors as inputs of the graph, and that graph is compiled with ``torch.compile`` (``compile=True``;
-it takes seconds to a minute to compile) or run as TorchScript (``compile=False``: built in well under a
+it takes seconds to a minute to compile) or run traced (``compile=False``: :func:`~pyro_bdl.inference.scripted.script`,
+the static runtime, built in well under a
 second; see benchmarks/RESULTS.md for both).  Where a step
 fails for a model (a model that reads values into Python, say), the next simpler form is used, with
 one warning naming the failure: the traced graph without compiling, then eager ``vmap``, then a loop
 over chains.
 
 :meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
-leapfrog step and the sampler's bookkeeping with the potential inlined), run as TorchScript or compiled
+leapfrog step and the sampler's bookkeeping with the potential inlined), run traced (the static runtime) or compiled
 by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
 
 Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
@@ -58,7 +59,7 @@ import pyro
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from .graph_folding import fold_constants
+from .scripted import script
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]
 
@@ -159,7 +160,7 @@ class FlatPotential:
     def fuse(self, key, step, example: tuple, tensors: tuple, *, compile: bool, evaluates: bool = True):
         """``step(grad_and_value, *args)`` (tensors in, a tuple of tensors out, one potential evaluation,
         no Python branching on values) as one function ``fused(*args) -> tuple``, with this potential's
-        traced graph inlined: run as TorchScript, or compiled by inductor (``compile=True``; seconds).
+        traced graph inlined: run traced (:func:`~pyro_bdl.inference.scripted.script`), or compiled by inductor (``compile=True``; seconds).
         ``evaluates``: whether ``step`` calls the potential (counted in :attr:`evaluations`).
         ``example``: arguments of the shapes it will be called with; ``key``: names the step and those
         shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
@@ -211,12 +212,9 @@ class FlatPotential:
             self._fallback("vmap", f"tracing the potential failed ({type(error).__name__}: {error})")
             self._batched = vmapped
             return
-        if not self.compile:  # TorchScript runs the graph's operations without Python between them
+        if not self.compile:  # the graph's operations run without Python between them
             try:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
-                    scripted = torch.jit.trace(fold_constants(copy.deepcopy(graph)), (theta, *tensors),
-                                               check_trace=False)
+                scripted = script(copy.deepcopy(graph), (theta, *tensors))
                 _check_same(scripted(theta, *tensors), reference)
                 graph = scripted
             except Exception:  # noqa: BLE001 - the FX graph itself is as correct, a little slower
@@ -260,11 +258,8 @@ class FlatPotential:
                 from torch._inductor import compile as inductor_compile
 
                 runner = inductor_compile(fused, list(example) + list(tensors))
-            else:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
-                    # constants evaluated once: a third fewer operations per step (benchmarks/RESULTS.md, "NUTS speed")
-                    runner = torch.jit.trace(fold_constants(fused), (*example, *tensors), check_trace=False)
+            else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/RESULTS.md)
+                runner = script(fused, (*example, *tensors))
             _check_same(runner(*example, *tensors), reference)
             return runner
         except Exception as error:  # noqa: BLE001 - the step still runs, op by op
