@@ -51,8 +51,9 @@ def blr(X: torch.Tensor, y: torch.Tensor | None = None, prior_scale: float = 1.0
     b = pyro.sample("b", dist.Normal(X.new_zeros(()), prior_scale))
     # sigma ~ HalfNormal(1), unless the noise is known
     sigma = pyro.sample("sigma", dist.HalfNormal(X.new_ones(()))) if noise is None else noise
-    # y_i ~ N(x_i^T w + b, sigma^2), independently over the data
-    mean = X @ w + b
+    # y_i ~ N(x_i^T w + b, sigma^2), independently over the data (x_i^T w as a sum over the d features, so that a
+    # batch of w, one per posterior draw, broadcasts: the predictive runs every draw at once)
+    mean = (X * w).sum(-1) + b
     with pyro.plate("data", X.shape[0]):
         return pyro.sample("y", dist.Normal(mean, sigma), obs=y)
 

@@ -201,3 +201,45 @@ def test_the_static_runtimes_outputs_survive_its_next_call():
     run(torch.randn(4, 3), torch.randn(4, 3))
     assert all(torch.equal(a, b) for a, b in zip(first, kept))
     assert torch.allclose(first[0], x * y + 1.0)
+
+
+def _logistic(X, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1]), 1.0).to_event(1))
+    with pyro.plate("data", X.shape[0]):
+        pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def _mixture_weights(y):  # Dirichlet and Beta: stick-breaking and logit transforms
+    p = pyro.sample("p", dist.Dirichlet(torch.ones(3)))
+    c = pyro.sample("c", dist.Beta(2.0, 2.0))
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.Categorical(probs=c * p + (1 - c) / 3), obs=y)
+
+
+_X = torch.randn(40, 3, generator=torch.Generator().manual_seed(1))
+FUSED_CASES = {
+    "logistic": (_logistic, {"X": _X, "y": (_X[:, 0] > 0).float()}),
+    "schools": (_schools, {"y": torch.randn(8) * 10, "sigma": torch.rand(8) * 10 + 5}),
+    "mixture-weights": (_mixture_weights, {"y": torch.tensor([0, 1, 1, 2, 2, 2])}),
+    "blr": (get_model("blr").bind({}), {"X": _X, "y": _X[:, 1]}),
+    "bnn-regressor": (get_model("bnn-regressor").bind({"hidden": [4]}), {"X": _X, "y": _X[:, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FUSED_CASES))
+def test_the_nuts_steps_of_varied_models_fuse_and_run_by_the_static_runtime(case):
+    """No model here falls back to op-by-op steps (that warns): every rewrite traces, and the static runtime runs
+    what it gives."""
+    import warnings
+
+    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.potential import FlatPotential, PotentialCompileWarning
+
+    model, data = FUSED_CASES[case]
+    potential = FlatPotential(model, data, compile=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PotentialCompileWarning)
+        nuts_kernel.sample(potential, potential.data_tensors(data), chains=2, warmup=3, samples=3, compile=False)
+    assert len(potential._fused) == 2
+    if hasattr(torch._C, "_jit_to_static_module"):
+        assert all(isinstance(f, torch._C.StaticModule) for f in potential._fused.values())

@@ -230,21 +230,33 @@ def _aliases(target) -> bool:
         a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+#: In-place operations whose out-of-place form :func:`_out_of_place` may use.
+_WRITES = {"masked_fill_", "add_", "sub_", "mul_", "div_", "clamp_", "clamp_min_", "clamp_max_", "neg_", "exp_",
+           "log_", "where_"}
+
+
 def _out_of_place(gm: fx.GraphModule) -> bool:
-    """In-place operations on a fresh result nothing else reads (Pyro's ``masked_fill_`` of a log-density) ->
-    their out-of-place forms.  -> whether the graph is free of in-place operations."""
+    """In-place operations on a fresh result nothing reads later (Pyro's ``masked_fill_`` of a log-density) ->
+    their out-of-place forms, and ``empty_like(x).fill_(v)`` -> ``full_like(x, v)``.  -> whether the graph is
+    free of in-place operations."""
     pure = True
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         packet, overload = node.target.__name__.split(".")[0], node.target._overloadname
         if not packet.endswith("_") or packet.startswith("_"):
             continue
-        target, written = node.args[0] if node.args else None, None
-        functional = getattr(getattr(_aten, packet[:-1], None), overload, None)
+        target = node.args[0] if node.args else None
+        # fresh: a result that is no view, read before the write only (as autograd's saved copy of it is)
         fresh = (isinstance(target, fx.Node) and target.op == "call_function" and not _aliases(target.target)
-                 and list(target.users) == [node])
-        if functional is None or not fresh:
+                 and all(user is node or order[user] < order[node] for user in target.users))
+        if fresh and packet == "fill_" and overload == "Scalar" and target.target is _aten.empty_like.default:
+            node.target, node.args, node.kwargs = _aten.full_like.default, (target.args[0], node.args[1]), \
+                dict(target.kwargs)
+            continue
+        functional = getattr(getattr(_aten, packet[:-1], None), overload, None)
+        if packet not in _WRITES or functional is None or not fresh:
             pure = False
             continue
         node.target = functional
@@ -353,6 +365,7 @@ def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     sums over size-1 dimensions and reshapes that change nothing removed, a flat vector's slice gradients
     concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime")."""
     pure = _out_of_place(gm)
+    fold_constants(gm)  # what writing out of place made constant (a full_like)
     _scalars_as_tensors(gm)
     _slice_sums_as_cat(gm)
     if pure:  # with no writes into tensors, values alone decide what may be shared
