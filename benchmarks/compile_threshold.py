@@ -61,9 +61,9 @@ class Member(NamedTuple):
     kind: str = "logistic"
 
 
-#: Microseconds per batched leapfrog step, traced / compiled, per kind: rounded from the three-way runs' own
-#: table (benchmarks/RESULTS.md, "compile threshold", this host); "regression" sits between its neighbours.
-STEP_COST_US = {"logistic": (900, 650), "hierarchical": (850, 260), "bnn": (730, 140), "regression": (850, 350)}
+#: Microseconds per batched leapfrog step, traced (static runtime) / compiled, per kind: rounded from the three-way
+#: runs' own table (benchmarks/RESULTS.md, "static runtime", the slower host); "regression" sits between its neighbours.
+STEP_COST_US = {"logistic": (720, 500), "hierarchical": (550, 300), "bnn": (390, 120), "regression": (600, 350)}
 #: A compile's fixed cost in seconds: a later compile in a process, the first in a process, the first on a machine.
 COMPILE_COSTS = (10.0, 18.0, 25.0)
 

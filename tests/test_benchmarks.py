@@ -186,6 +186,15 @@ def test_compile_threshold_replays_auto_on_saved_steps(tmp_path):
     assert "compiles at never" in again.split("--- threshold 1000000")[1]
 
 
+def test_step_runtime_quick_run_times_three_ways_that_agree(tmp_path):
+    """benchmarks/step_runtime.py on small data: every model's leaf and merge timed three ways, same outputs."""
+    out = run_script("benchmarks/step_runtime.py", "--quick", cwd=tmp_path)
+    for step in ("leaf", "merge"):
+        assert f"ratio + static runtime/torchscript [eight schools, 4 chains, {step}] = " in out, out
+    assert "ratio + simplify/torchscript [bnn 10-20-1 n=50, 1 chain, leaf] = " in out, out
+    assert "MISMATCH" not in out, out
+
+
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
     """benchmarks/speed_mcmc.py on tiny runs (zoo against Pyro's NUTS; NumPyro skipped): every ratio line
     is printed and every sampler's blr posterior means lie within Monte Carlo error of the exact ones."""

@@ -235,6 +235,12 @@ _WRITES = {"masked_fill_", "add_", "sub_", "mul_", "div_", "clamp_", "clamp_min_
            "log_", "where_"}
 
 
+def _strided(node: fx.Node) -> bool:
+    """Whether something depends on ``node``'s strides: a view of it, a write into it, or the graph's output (the
+    next call may take it back as an input, whose views were traced on these strides)."""
+    return any(user.op == "output" or (user.op == "call_function" and _aliases(user.target)) for user in node.users)
+
+
 def _out_of_place(gm: fx.GraphModule) -> bool:
     """In-place operations on a fresh result nothing reads later (Pyro's ``masked_fill_`` of a log-density) ->
     their out-of-place forms, and ``empty_like(x).fill_(v)`` -> ``full_like(x, v)``.  -> whether the graph is
@@ -272,7 +278,7 @@ def _singleton_sums_as_views(graph: fx.Graph) -> None:
         val, out = _meta(x), _meta(node)
         if val is None or out is None or val.dtype != out.dtype or not dims or len(node.args) > 3:
             continue
-        if all(val.shape[d] == 1 for d in dims):
+        if all(val.shape[d] == 1 for d in dims) and not _strided(node):
             try:
                 meta = val.view(list(out.shape))
             except Exception:  # noqa: BLE001 - a shape view cannot give: leave the sum
@@ -290,7 +296,7 @@ def _drop_identity_views(graph: fx.Graph) -> None:
         if node.op != "call_function" or node.target not in _VIEWS:
             continue
         out = _meta(node)
-        strided = any(user.op == "call_function" and _aliases(user.target) for user in node.users)
+        strided = _strided(node)
         source = node.args[0]
         while out is not None and isinstance(source, fx.Node):
             val = _meta(source)
@@ -316,15 +322,17 @@ def _slice_sums_as_cat(gm: fx.GraphModule) -> None:
             sizes = list(sizes)
             dim = dim % len(sizes)
             start, end = max(start if start >= 0 else start + sizes[dim], 0), min(end, sizes[dim])
-            if step == 1 and _meta(grad) is not None and _meta(grad).shape[dim] == end - start:
+            if step == 1 and _meta(grad) is not None and _meta(node) is not None \
+                    and _meta(grad).shape[dim] == end - start and _meta(grad).dtype == _meta(node).dtype:
                 pieces[node] = (sizes, dim, [(start, end, grad)])
-        elif node.target is _aten.add.Tensor and not node.kwargs and all(a in pieces for a in node.args[:2]):
+        elif node.target is _aten.add.Tensor and not node.kwargs and len(node.args) == 2 \
+                and all(a in pieces for a in node.args):
             (sa, da, pa), (sb, db, pb) = pieces[node.args[0]], pieces[node.args[1]]
             spans = sorted(pa + pb, key=lambda p: p[0])
             if sa == sb and da == db and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])):
                 pieces[node] = (sa, da, spans)
     for node, (sizes, dim, spans) in pieces.items():
-        if len(spans) < 2 or all(user in pieces for user in node.users):
+        if len(spans) < 2 or all(user in pieces for user in node.users) or _meta(node) is None:
             continue
         dtype, parts, at = _meta(node).dtype, [], 0
         for start, end, source in spans + [(sizes[dim], sizes[dim], None)]:

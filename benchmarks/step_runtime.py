@@ -1,0 +1,136 @@
+"""How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``nuts_kernel._nuts_leaf``,
+``_merge_subtree`` with the model's potential inlined) timed three ways in one process, on several models:
+
+* ``torchscript``: the constant-folded graph traced to TorchScript (the traced path before the static runtime);
+* ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
+* ``+ static runtime``: that graph run by PyTorch's static runtime (``scripted.script``, the default).
+
+Per model and step: operations in the graph, microseconds a call (median of rounds of calls, the three ways
+alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a way's outputs differ from
+``torchscript``'s on the example.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime".
+
+Example: ``python benchmarks/step_runtime.py`` (about a minute), ``--quick`` (the smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+import warnings
+
+
+def models(quick: bool) -> dict:
+    """name -> (model, data, chains): a user's eight schools, a logistic regression, the zoo's blr and a BNN."""
+    import pyro
+    import pyro.distributions as dist
+    import torch
+
+    from pyro_bdl.registry import get_model
+
+    def schools(y, sigma):
+        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+        with pyro.plate("schools", len(y)):
+            eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+            pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
+
+    def logistic(X, y):
+        w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1]), 1.0).to_event(1))
+        with pyro.plate("data", X.shape[0]):
+            pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+    g = torch.Generator().manual_seed(0)
+    n = 50 if quick else 1000
+    X = torch.randn(n, 10, generator=g)
+    y = X @ torch.randn(10, generator=g) + torch.randn(n, generator=g)
+    return {
+        "eight schools, 4 chains": (schools, {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
+                                              "sigma": torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])}, 4),
+        f"logistic n={n} d=10, 2 chains": (logistic, {"X": X, "y": (y > 0).float()}, 2),
+        f"blr n={n} d=10, 1 chain": (get_model("blr").bind({"noise": 1.0}), {"X": X, "y": y}, 1),
+        f"bnn 10-20-1 n={n}, 1 chain": (get_model("bnn-regressor").bind({"hidden": [20]}), {"X": X, "y": y}, 1),
+    }
+
+
+def _steps(model, data, chains):
+    """The fused leaf's and merge's FX graphs and example arguments, captured from a short run."""
+    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference import potential as potential_module
+
+    captured, original = {}, potential_module.script
+
+    def capture(gm, example):
+        if len(captured) < 3:  # the potential, then the leaf, then the merge
+            captured[len(captured)] = (copy.deepcopy(gm), example)
+        return original(gm, example)
+
+    potential_module.script = capture
+    try:
+        potential = potential_module.FlatPotential(model, data, compile=False)
+        nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
+    finally:
+        potential_module.script = original
+    return {"leaf": captured[1], "merge": captured[2]}
+
+
+def _ways(gm, example) -> dict:
+    import torch
+
+    from pyro_bdl.inference import graph_folding, scripted
+
+    def traced(graph):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.jit.trace(graph, example, check_trace=False)
+
+    folded = graph_folding.fold_constants(copy.deepcopy(gm))
+    simplified = graph_folding.simplify(graph_folding.fold_constants(copy.deepcopy(gm)))
+    return {"torchscript": (traced(folded), graph_folding.operations(folded)),
+            "+ simplify": (traced(simplified), graph_folding.operations(simplified)),
+            "+ static runtime": (scripted.script(copy.deepcopy(gm), example), graph_folding.operations(simplified))}
+
+
+def _timed(run, example, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        run(*example)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small data, few calls (the smoke test)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    calls, rounds = (20, 2) if args.quick else (300, args.rounds)
+    print(f"torch {torch.__version__}, threads {args.threads}; us per call: median of {rounds} rounds of {calls} "
+          f"calls, the three ways alternating")
+    print(f"{'model':32s} {'step':6s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime")))
+    for name, (model, data, chains) in models(args.quick).items():
+        for step, (gm, example) in _steps(model, data, chains).items():
+            ways = _ways(gm, example)
+            want = ways["torchscript"][0](*example)
+            for way, (run, _) in ways.items():  # the same outputs every way, or the timing means nothing
+                if not all(torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-5)
+                           for a, b in zip(want, run(*example))):
+                    print(f"MISMATCH: {way} [{name}, {step}]")
+            times = {way: [] for way in ways}
+            for run, _ in ways.values():
+                _timed(run, example, max(calls // 10, 2))  # warm: the executors specialise on the first calls
+            for _ in range(rounds):
+                for way, (run, _) in ways.items():
+                    times[way].append(_timed(run, example, calls))
+            us = {way: statistics.median(t) for way, t in times.items()}
+            print(f"{name:32s} {step:6s} " + "".join(f"{ways[w][1]:6d} ops {us[w]:8.1f} us   " for w in ways))
+            for way in list(ways)[1:]:
+                print(f"ratio {way}/torchscript [{name}, {step}] = {us[way] / us['torchscript']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
