@@ -23,31 +23,20 @@ import warnings
 
 def models(quick: bool) -> dict:
     """name -> (model, data, chains): a user's eight schools, a logistic regression, the zoo's blr and a BNN."""
-    import pyro
-    import pyro.distributions as dist
     import torch
+    from compile_threshold import logistic  # the models the other NUTS benchmarks time
+    from speed_mcmc import eight_schools
 
     from pyro_bdl.registry import get_model
-
-    def schools(y, sigma):
-        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-        tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-        with pyro.plate("schools", len(y)):
-            eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
-            pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
-
-    def logistic(X, y):
-        w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1]), 1.0).to_event(1))
-        with pyro.plate("data", X.shape[0]):
-            pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
     g = torch.Generator().manual_seed(0)
     n = 50 if quick else 1000
     X = torch.randn(n, 10, generator=g)
     y = X @ torch.randn(10, generator=g) + torch.randn(n, generator=g)
     return {
-        "eight schools, 4 chains": (schools, {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
-                                              "sigma": torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])}, 4),
+        "eight schools, 4 chains": (eight_schools, {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
+                                                    "sigma": torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])},
+                                    4),
         f"logistic n={n} d=10, 2 chains": (logistic, {"X": X, "y": (y > 0).float()}, 2),
         f"blr n={n} d=10, 1 chain": (get_model("blr").bind({"noise": 1.0}), {"X": X, "y": y}, 1),
         f"bnn 10-20-1 n={n}, 1 chain": (get_model("bnn-regressor").bind({"hidden": [20]}), {"X": X, "y": y}, 1),

@@ -9,6 +9,7 @@ samplers agree when their means differ by less than K * sqrt(se_1^2 + se_2^2).
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import arviz as az
@@ -129,18 +130,20 @@ def _compile_draw(per_draw, warmup, cap=1023):
 def test_auto_compiles_deep_trees_at_once_and_waits_for_the_mass_matrix_on_shrinking_ones():
     threshold = nuts_kernel.COMPILE_AFTER_STEPS
     # a BNN's trees: at the depth cap after a few draws; projected at once, as soon as 10 draws show it
-    saturated = [20] * 10 + [255] * 190
+    saturated = [20] * 10 + [255] * (2 * threshold // 255)
     assert _compile_draw(saturated, 100, cap=255) == 15
     assert _compile_draw(saturated[:threshold // 255], 10, cap=255) is None  # too short a run to pay
-    # hierarchical warm-up: 100 steps a draw until the mass matrix adapts, 15 after; 15k steps in all, but
-    # 98k projected at draw 20 (the old rule compiled here)
-    shrinking = [100] * 110 + [15] * 890
-    assert 98 * 1000 > 3 * threshold and sum(shrinking) < threshold
+    # hierarchical warm-up: 10x the steps a draw until the mass matrix adapts; under the threshold in all, but
+    # projected past 3x it at draw 20 (the old rule compiled here)
+    early = math.ceil(threshold / 220)
+    shrinking = [early] * 110 + [early // 10] * 890
+    assert early * 980 > 3 * threshold and sum(shrinking) < threshold
     assert _compile_draw(shrinking, 500) is None
     # long trees that stay long but under the cap: compiled after the second mass update (draw 150) + 10 draws
-    assert _compile_draw([200] * 1000, 500) == 160
+    assert _compile_draw([math.ceil(threshold / 400)] * 1000, 500) == 160
     # no mass adaptation (warm-up < 20): one projection at draw min(50, total / 10)
-    assert _compile_draw([100] * 400, 10) == 40 and _compile_draw([10] * 400, 10) is None
+    assert _compile_draw([math.ceil(threshold / 300)] * 400, 10) == 40
+    assert _compile_draw([math.ceil(threshold / 3000)] * 400, 10) is None
 
 
 def constrained_model(y=None, flips=None, labels=None):

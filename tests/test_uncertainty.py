@@ -8,6 +8,7 @@ from __future__ import annotations
 import doctest
 
 import numpy as np
+import pyro
 import pytest
 import torch
 from scipy.stats import norm
@@ -400,8 +401,8 @@ def test_module_docstring_example_runs():
 
 
 def test_vectorised_predictive_equals_the_loop_over_draws(monkeypatch):
-    """A network broadcasts over a plate of draws: one vectorised run gives the loop's moments, probabilities
-    and log-likelihoods; blr (``X @ w``) does not, and falls back to the loop."""
+    """A network and blr broadcast over a plate of draws: one vectorised run gives the loop's moments,
+    probabilities and log-likelihoods; a model written with ``X @ w`` does not, and falls back to the loop."""
     import warnings
 
     import pyro_bdl
@@ -413,16 +414,26 @@ def test_vectorised_predictive_equals_the_loop_over_draws(monkeypatch):
                            options={"hidden": "8"})
         blr = pyro_bdl.fit("blr", inference="svi", steps=100, samples=50, progress=False)
     X = torch.linspace(-1, 1, 9).unsqueeze(1)
-    kwargs = net.model_kwargs(X)
-    fast = predictive._vectorised(net.model, net.samples, kwargs, net.likelihood_sites, [], 2)
-    assert fast is not None
-    monkeypatch.setattr(predictive, "_vectorised", lambda *args: None)
-    slow = predictive.predictive_draws(net.model, net.samples, kwargs, net.likelihood_sites)
-    for key in ("mean", "variance"):
-        np.testing.assert_allclose(getattr(fast, key)["y"], getattr(slow, key)["y"], rtol=1e-4, atol=1e-5)
-    assert fast.draws["y"].shape[:2] == slow.draws["y"].shape[:2] == (1, 50)
-    monkeypatch.undo()
-    assert predictive._vectorised(blr.model, blr.samples, blr.data, blr.likelihood_sites, [], 2) is None
+    for fit, kwargs in ((net, net.model_kwargs(X)), (blr, blr.data)):
+        fast = predictive._vectorised(fit.model, fit.samples, kwargs, fit.likelihood_sites, [], 2)
+        assert fast is not None
+        monkeypatch.setattr(predictive, "_vectorised", lambda *args: None)
+        slow = predictive.predictive_draws(fit.model, fit.samples, kwargs, fit.likelihood_sites)
+        monkeypatch.undo()
+        for key in ("mean", "variance", "log_likelihood"):  # log-likelihoods where y is observed (blr's data)
+            assert getattr(fast, key).keys() == getattr(slow, key).keys()
+            for site, value in getattr(fast, key).items():
+                np.testing.assert_allclose(value, getattr(slow, key)[site], rtol=1e-4, atol=1e-4)
+        assert fit is net or "y" in fast.log_likelihood
+        assert fast.draws["y"].shape[:2] == slow.draws["y"].shape[:2] == (1, 50)
+
+    def matmul_blr(X, y=None):
+        w = pyro.sample("w", pyro.distributions.Normal(torch.zeros(X.shape[1]), 1.0).to_event(1))
+        with pyro.plate("data", X.shape[0]):
+            return pyro.sample("y", pyro.distributions.Normal(X @ w, 1.0), obs=y)
+
+    samples = {"w": blr.samples["w"]}
+    assert predictive._vectorised(matmul_blr, samples, blr.data, ["y"], [], 2) is None
 
 
 def test_a_model_that_does_not_broadcast_over_the_draws_is_found_on_two_of_them():

@@ -4,8 +4,8 @@ The sampler's small steps (a leapfrog step with the model's potential, the merge
 operations on tensors of a few dozen numbers, so their time is the per-operation cost of whatever runs them.
 :func:`script` simplifies the graph (:mod:`pyro_bdl.inference.graph_folding`), traces it to TorchScript and hands
 it to PyTorch's static runtime (``torch._C._jit_to_static_module``), which runs the frozen graph with out-variants
-of the operations and a memory plan reused across calls: about a quarter less time a call than the TorchScript
-interpreter on the zoo's NUTS steps (benchmarks/RESULTS.md, "static runtime").  Where the static runtime is
+of the operations and a memory plan reused across calls: 0.55-0.65x the time a call of the TorchScript interpreter
+on the same simplified steps, about half with the simplification (benchmarks/RESULTS.md, "static runtime").  Where the static runtime is
 missing from the installed torch, fails to build, or disagrees with TorchScript on the example, the TorchScript
 function is returned.
 
