@@ -39,8 +39,8 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
                  target_accept: float = 0.8, max_tree_depth: int = 10, jit=False, full_mass=False,
                  checkpoint=None) -> Draws:
     """Kernel ``name`` ("nuts" or "hmc") on all chains at once; ``jit``: compile the sampler's steps fused
-    with the potential from the start (else they run as TorchScript and are compiled only when the run
-    is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.nuts_kernel.COMPILE_AFTER_STEPS`).
+    with the potential from the start (else they run traced, by the static runtime, and are compiled only when
+    the run is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.nuts_kernel.COMPILE_AFTER_STEPS`).
     Same arguments as :func:`pyro_bdl.inference.mcmc.run_mcmc`."""
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
