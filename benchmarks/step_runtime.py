@@ -5,8 +5,10 @@
 * ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
 * ``+ static runtime``: that graph run by PyTorch's static runtime (``scripted.script``, the default).
 
-Per model and step: operations in the graph, microseconds a call (median of rounds of calls, the three ways
-alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a way's outputs differ from
+First, why numbers are rewritten: a chain of 50 operations on a (4, 10) tensor with a Python-number operand
+(``x * 0.5``, ``x <= 0.0``) against the same with a 0-dim tensor operand, microseconds an operation in TorchScript
+and in the static runtime.  Then, per model and step: operations in the graph, microseconds a call (median of
+rounds of calls, the three ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a way's outputs differ from
 ``torchscript``'s on the example.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime".
 
 Example: ``python benchmarks/step_runtime.py`` (about a minute), ``--quick`` (the smoke test).
@@ -81,6 +83,35 @@ def _ways(gm, example) -> dict:
             "+ static runtime": (scripted.script(copy.deepcopy(gm), example), graph_folding.operations(simplified))}
 
 
+def operand_costs(calls: int, rounds: int) -> None:
+    """us an operation: a Python-number operand against a 0-dim tensor operand, TorchScript and static runtime."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, half, zero = torch.randn(4, 10), torch.tensor(0.5), torch.tensor(0.0)
+    chains = {"x * 0.5": lambda x: _chain(x, lambda y: y * 0.5), "x * c": lambda x: _chain(x, lambda y: y * half),
+              "x <= 0.0": lambda x: tuple(x <= 0.0 for _ in range(50)),
+              "x <= c": lambda x: tuple(x <= zero for _ in range(50))}
+    print(f"{'operation':10s} {'TorchScript us':>15s} {'static us':>10s}")
+    us = {}
+    for name, f in chains.items():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(make_fx(f)(x), (x,), check_trace=False)
+            static = torch._C._jit_to_static_module(torch.jit.freeze(traced.eval())._c)
+        us[name] = [statistics.median(_timed(run, (x,), calls) for _ in range(rounds)) / 50 for run in (traced, static)]
+        print(f"{name:10s} {us[name][0]:15.2f} {us[name][1]:10.2f}")
+    for number, tensor in (("x * 0.5", "x * c"), ("x <= 0.0", "x <= c")):
+        for i, runtime in enumerate(("TorchScript", "static runtime")):
+            print(f"ratio number/tensor operand [{number}, {runtime}] = {us[number][i] / us[tensor][i]:.2f}")
+
+
+def _chain(x, op):
+    for _ in range(50):
+        x = op(x)
+    return x
+
+
 def _timed(run, example, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
@@ -98,6 +129,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     calls, rounds = (20, 2) if args.quick else (300, args.rounds)
+    operand_costs(calls * 10, rounds)
     print(f"torch {torch.__version__}, threads {args.threads}; us per call: median of {rounds} rounds of {calls} "
           f"calls, the three ways alternating")
     print(f"{'model':32s} {'step':6s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime")))

@@ -149,13 +149,22 @@ def test_an_in_place_write_into_a_fresh_result_becomes_out_of_place_and_one_into
     assert torch.allclose(gm(a.clone()), into_input(a.clone()))
 
 
-def test_a_reshape_that_a_later_view_depends_on_is_kept():
-    def f(x):  # x.t() then back: the same shape as x, other strides; the view after it needs them
-        return x.t().t().reshape(-1) * 2.0, x.expand(3, 4) + 1.0
+def test_reshapes_that_change_nothing_go_and_an_outputs_strides_are_kept():
+    def f(x):  # unsqueeze then a view back, an expand to the same shape: identities
+        return (x.unsqueeze(-1).view(3, 4) * 2.0).expand(3, 4) + 1.0
 
     x = torch.randn(3, 4)
     gm = simplify(make_fx(f)(x))
+    assert not {torch.ops.aten.unsqueeze.default, torch.ops.aten.expand.default} & set(_targets(gm))
     _agree(gm, f, torch.randn(3, 4))
+
+    def column(x):  # a sum over a size-1 slice returned as an output: kept, so the output stays contiguous
+        return x[:, 1:2].sum(-1)
+
+    gm = simplify(make_fx(column)(x))
+    assert torch.ops.aten.sum.dim_IntList in _targets(gm)
+    assert gm(torch.randn(3, 4)).is_contiguous()
+    _agree(gm, column, torch.randn(3, 4))
 
 
 def _schools(y, sigma):  # a user's model: HalfCauchy's log-density writes -inf into a fresh tensor in place

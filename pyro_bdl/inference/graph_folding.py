@@ -2,16 +2,16 @@ r"""Constant folding and simplification of a traced ``torch.fx`` graph: what the
 
 A model's potential traced by ``make_fx`` keeps every operation Pyro ran, including those whose values are fixed
 once the shapes are: the log of a constant noise scale broadcast to every row, ``zeros_like`` of a parameter for
-an identity transform's log-Jacobian, a constant turned into a tensor.  The TorchScript interpreter pays about half
-a microsecond per operation, so these cost real time on a small model (benchmarks/RESULTS.md, "NUTS speed").
+an identity transform's log-Jacobian, a constant turned into a tensor.  Whatever runs the traced step pays for
+every operation, so these cost real time on a small model (benchmarks/RESULTS.md, "NUTS speed").
 :func:`fold_constants` evaluates, once, every operation whose inputs are constants (and the tensor creators whose
 value follows from a shape: ``zeros_like``, ``new_zeros``, ``ones_like``, ``full_like``, ...), stores the result on
 the graph module, and drops additions of zeros and multiplications by ones where that changes neither shape nor
 dtype.  Random and in-place operations are never folded.
 
 :func:`simplify` then makes the remaining operations fewer and cheaper for the same values: a Python number
-operand becomes a 0-dim tensor of the operand's dtype (a number is wrapped and cast at every call, 3-5x an
-operation's own time), ``x ** 2`` becomes ``x * x``, the gradient of a flat vector read in slices becomes one
+operand becomes a 0-dim tensor of the operand's dtype (a number is wrapped and cast at every call, which costs
+more than the operation), ``x ** 2`` becomes ``x * x``, the gradient of a flat vector read in slices becomes one
 ``cat`` instead of a zero tensor per slice added up, sums over size-1 dimensions and reshapes that give back their
 source go, and a repeated operation is computed once (benchmarks/RESULTS.md, "static runtime").
 
@@ -186,8 +186,8 @@ def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
 
 def _scalars_as_tensors(gm: fx.GraphModule) -> None:
     """``x * 0.5`` -> ``x * c`` with ``c`` a 0-dim tensor of x's dtype, likewise +, -, /, comparisons, clamps and
-    masked fills: a Python number is wrapped and cast at every call (3-5x the operation's own time here); and
-    ``x ** 2`` -> ``x * x``."""
+    masked fills: a Python number is wrapped and cast at every call (benchmarks/RESULTS.md, "static runtime");
+    and ``x ** 2`` -> ``x * x``."""
     for node in list(gm.graph.nodes):
         out = _meta(node)
         if node.op != "call_function" or out is None:

@@ -498,7 +498,8 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
     ``potential``: a :class:`~pyro_bdl.inference.potential.FlatPotential`; ``tensors``: its data tensors
     (``potential.data_tensors(data)``).  ``kernel``: "nuts" or "hmc" (trajectory length pi/2, at most
     2^max_tree_depth steps).  A leapfrog step and its tree bookkeeping run as one function with the
-    potential: traced (the static runtime, :mod:`pyro_bdl.inference.scripted`), or compiled by inductor (``compile=True``; seconds to a minute to compile);
+    potential: traced (the static runtime, :mod:`pyro_bdl.inference.scripted`), or compiled by inductor
+    (``compile=True``; seconds to a minute to compile);
     ``compile="auto"`` compiles once the rest of the run, projected from the leapfrog steps of recent draws
     (:func:`_compile_now`), needs more than :data:`COMPILE_AFTER_STEPS` of them.  The same ``seed`` gives the
     same draws.

@@ -14,16 +14,16 @@ non-tensor settings and data shapes (:func:`flat_potential` caches it across cha
 ``torch.func.vmap(torch.func.grad_and_value(U))`` is traced to one graph of tensor operations
 (``make_fx``: Pyro's effect handlers run once, at the trace, not at every leapfrog step), with the
 data tensors as inputs of the graph, and that graph is compiled with ``torch.compile`` (``compile=True``;
-it takes seconds to a minute to compile) or run traced (``compile=False``: :func:`~pyro_bdl.inference.scripted.script`,
-the static runtime, built in well under a
-second; see benchmarks/RESULTS.md for both).  Where a step
+it takes seconds to a minute to compile) or run traced (``compile=False``: by the static runtime,
+:func:`~pyro_bdl.inference.scripted.script`, built in well under a second; see benchmarks/RESULTS.md for both).
+Where a step
 fails for a model (a model that reads values into Python, say), the next simpler form is used, with
 one warning naming the failure: the traced graph without compiling, then eager ``vmap``, then a loop
 over chains.
 
 :meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
-leapfrog step and the sampler's bookkeeping with the potential inlined), run traced (the static runtime) or compiled
-by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
+leapfrog step and the sampler's bookkeeping with the potential inlined), run traced (the static runtime) or
+compiled by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
 
 Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
 site.
@@ -59,7 +59,7 @@ import pyro
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from .scripted import script
+from .scripted import same_outputs, script
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]
 
@@ -160,7 +160,8 @@ class FlatPotential:
     def fuse(self, key, step, example: tuple, tensors: tuple, *, compile: bool, evaluates: bool = True):
         """``step(grad_and_value, *args)`` (tensors in, a tuple of tensors out, one potential evaluation,
         no Python branching on values) as one function ``fused(*args) -> tuple``, with this potential's
-        traced graph inlined: run traced (:func:`~pyro_bdl.inference.scripted.script`), or compiled by inductor (``compile=True``; seconds).
+        traced graph inlined: run traced (:func:`~pyro_bdl.inference.scripted.script`), or compiled by inductor
+        (``compile=True``; seconds).
         ``evaluates``: whether ``step`` calls the potential (counted in :attr:`evaluations`).
         ``example``: arguments of the shapes it will be called with; ``key``: names the step and those
         shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
@@ -274,12 +275,8 @@ class FlatPotential:
 
 
 def _check_same(got, want):
-    for a, b in zip(got, want):
-        same = (a.shape == b.shape and a.dtype == b.dtype
-                and (torch.allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True) if a.is_floating_point()
-                     else torch.equal(a, b)))
-        if not same:
-            raise RuntimeError("the traced potential disagrees with the eager one")
+    if not same_outputs(got, want, tolerance=1e-4):
+        raise RuntimeError("the traced potential disagrees with the eager one")
 
 
 def _hashable(value):
