@@ -62,10 +62,12 @@ class Member(NamedTuple):
 
 
 #: Microseconds per batched leapfrog step, traced (static runtime) / compiled, per kind: rounded from the three-way
-#: runs' own table (benchmarks/RESULTS.md, "static runtime", the slower host); "regression" sits between its neighbours.
-STEP_COST_US = {"logistic": (720, 500), "hierarchical": (550, 300), "bnn": (390, 120), "regression": (600, 350)}
-#: A compile's fixed cost in seconds: a later compile in a process, the first in a process, the first on a machine.
-COMPILE_COSTS = (10.0, 18.0, 25.0)
+#: runs' own table (benchmarks/RESULTS.md, "fused draw start", the slower host); "regression" sits between its
+#: neighbours.
+STEP_COST_US = {"logistic": (645, 470), "hierarchical": (515, 185), "bnn": (330, 90), "regression": (580, 330)}
+#: A compile's fixed cost in seconds: a model compiled before (inductor's on-disk cache), a later compile in a
+#: process, the first in a process, the first on a machine.
+COMPILE_COSTS = (4.0, 10.0, 18.0, 25.0)
 
 
 def default_draws(quick: bool) -> tuple[int, int]:

@@ -53,7 +53,7 @@ def _steps(model, data, chains):
     captured, original = {}, potential_module.script
 
     def capture(gm, example):
-        if len(captured) < 3:  # the potential, then the leaf, then the merge
+        if len(captured) < 4:  # the potential, then a draw's start, the leaf, the merge
             captured[len(captured)] = (copy.deepcopy(gm), example)
         return original(gm, example)
 
@@ -63,7 +63,7 @@ def _steps(model, data, chains):
         nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
     finally:
         potential_module.script = original
-    return {"leaf": captured[1], "merge": captured[2]}
+    return {"leaf": captured[2], "merge": captured[3]}
 
 
 def _ways(gm, example) -> dict:

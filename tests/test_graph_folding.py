@@ -102,12 +102,13 @@ def _agree(gm, f, *inputs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_numbers_become_tensors_of_the_operand_dtype_and_squares_products(dtype):
     def f(x):
-        return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), x.masked_fill(x < 0, 7.0)
+        return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), x.masked_fill(x < 0, 7.0) * 2.0
 
     x = torch.randn(5, dtype=dtype)
     gm = simplify(make_fx(f)(x))
     assert _numbers(gm) == []
     assert torch.ops.aten.pow.Tensor_Scalar not in _targets(gm)
+    assert torch.ops.aten.masked_fill.Tensor not in _targets(gm)  # a where: the fill is no output's strides
     for seed in range(3):
         _agree(gm, f, torch.randn(5, dtype=dtype, generator=torch.Generator().manual_seed(seed)))
 
@@ -249,6 +250,42 @@ def test_the_nuts_steps_of_varied_models_fuse_and_run_by_the_static_runtime(case
     with warnings.catch_warnings():
         warnings.simplefilter("error", PotentialCompileWarning)
         nuts_kernel.sample(potential, potential.data_tensors(data), chains=2, warmup=3, samples=3, compile=False)
-    assert len(potential._fused) == 2
+    assert len(potential._fused) == 3  # a draw's start, a leaf, a merge
     if hasattr(torch._C, "_jit_to_static_module"):
         assert all(isinstance(f, torch._C.StaticModule) for f in potential._fused.values())
+
+
+def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_outputs_and_caches_on_disk(
+        tmp_path, monkeypatch):
+    """potential._inductor: an input that is not contiguous, or an output that is not (it could be fed back in),
+    keeps inductor's checks, so a call with other strides fails instead of reading the wrong numbers; the
+    compiled graph is found again in inductor's on-disk cache (a tracing context with a shape environment)."""
+    from torch._dynamo.utils import counters
+
+    from pyro_bdl.inference.potential import _inductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    transposed = torch.randn(4, 3).T
+
+    def step(x, y):
+        return (x * y + 1.0,)
+
+    kept = _inductor(make_fx(step)(transposed, y), (transposed, y), contiguous=False)
+    assert torch.equal(kept(transposed, y)[0], transposed * y + 1.0)
+    with pytest.raises(AssertionError):
+        kept(x, y)  # contiguous where it was compiled for transposed strides: refused
+
+    def transposing(x, y):
+        return ((x * y).T,)
+
+    graph = make_fx(transposing)(x, y)
+    kept = _inductor(graph, (x, y), contiguous=True)  # a non-contiguous output: checks kept
+    with pytest.raises(AssertionError):
+        kept(transposed, y)
+
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    fast = _inductor(make_fx(step)(x, y), (x, y), contiguous=True)
+    assert torch.equal(fast(x, y)[0], x * y + 1.0)
+    _inductor(make_fx(step)(x, y), (x, y), contiguous=True)
+    assert counters["inductor"]["fxgraph_cache_hit"] > hits

@@ -99,7 +99,7 @@ def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypat
     model, data, _ = _zoo_problem("blr")
     fused = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     monkeypatch.setattr(nuts_kernel._Dynamics, "fused",
-                        lambda self, name, step, example, evaluates=True: functools.partial(step, self._grad_and_value))
+                        lambda self, name, step, example, evaluates=True, compile=None: functools.partial(step, self._grad_and_value))
     op_by_op = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     assert torch.allclose(fused.theta, op_by_op.theta, atol=1e-4)
     assert np.array_equal(fused.stats["n_steps"], op_by_op.stats["n_steps"])
@@ -340,3 +340,24 @@ def test_dense_mass_factor_of_an_ill_conditioned_estimate():
                                           torch.eye(20, dtype=torch.float64), upper=False).mT
     assert torch.allclose(exact @ exact.T @ inverse_mass[0].double(), torch.eye(20, dtype=torch.float64), atol=1e-8)
     assert torch.allclose(F, exact, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
+
+
+@pytest.mark.slow
+def test_a_compiled_step_reads_data_given_later_as_a_non_contiguous_view_as_its_values():
+    """The compiled steps leave out inductor's per-call stride checks (every input contiguous): a later fit on the
+    same potential whose data tensor is a strided view of the same values still reads those values."""
+    model, data, _ = _zoo_problem("blr")
+    potential = FlatPotential(model, data, compile=False)
+    X = data["X"]
+    strided = torch.empty(X.shape[1], X.shape[0]).T  # the same shape, transposed strides
+    strided.copy_(X)
+    assert not strided.is_contiguous()
+    z = torch.randn(2, potential.dim, generator=torch.Generator().manual_seed(0))
+
+    def step(grad_and_value, z):
+        return grad_and_value(z)
+
+    first = potential.fuse("bare", step, (z,), potential.data_tensors(data), compile=True)
+    later = potential.fuse("bare", step, (z,), potential.data_tensors({**data, "X": strided}), compile=True)
+    for got, want in zip(later(z), first(z)):
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -187,7 +187,7 @@ def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
 def _scalars_as_tensors(gm: fx.GraphModule) -> None:
     """``x * 0.5`` -> ``x * c`` with ``c`` a 0-dim tensor of x's dtype, likewise +, -, /, comparisons, clamps and
     masked fills: a Python number is wrapped and cast at every call (benchmarks/RESULTS.md, "static runtime");
-    and ``x ** 2`` -> ``x * x``."""
+    ``x ** 2`` -> ``x * x``; a masked fill -> ``where`` (where no view, write or output depends on its strides)."""
     for node in list(gm.graph.nodes):
         out = _meta(node)
         if node.op != "call_function" or out is None:
@@ -221,6 +221,10 @@ def _scalars_as_tensors(gm: fx.GraphModule) -> None:
         if t is _aten.masked_fill.Scalar and out.is_floating_point() and isinstance(args[2], (int, float)):
             node.target, node.args = _aten.masked_fill.Tensor, (args[0], args[1],
                                                                 _constant(gm, float(args[2]), out.dtype))
+            t, args = node.target, list(node.args)
+        if t is _aten.masked_fill.Tensor and not _strided(node) and _meta(args[0]) is not None \
+                and _meta(args[2]) is not None and _meta(args[2]).dtype == _meta(args[0]).dtype == out.dtype:
+            node.target, node.args = _aten.where.self, (args[1], args[2], args[0])  # 2-3x cheaper to run
 
 
 def _aliases(target) -> bool:

@@ -9,10 +9,11 @@ them at its odd leaves.  All chains walk their trees in lockstep: at each leaf o
 leapfrog step (one batched potential-and-gradient call, :mod:`pyro_bdl.inference.potential`) moves
 every chain still building, and masks freeze the chains whose tree has stopped; a draw costs the
 longest tree among the chains.  A leaf (leapfrog step, energy error, multinomial sampling, checkpoint
-writes and every U-turn check of that leaf) is one function of tensors, as is the merge of a finished
-subtree, each traced together with the potential (:meth:`FlatPotential.fuse`) and run by PyTorch's static
-runtime (:mod:`pyro_bdl.inference.scripted`) or compiled: Python only loops over leaves and asks once per leaf
-whether any chain still builds.
+writes and every U-turn check of that leaf) is one function of tensors, as are the start of a draw
+(momentum, energy, first direction) and the merge of a finished subtree with the start of the next, each
+traced together with the potential (:meth:`FlatPotential.fuse`) and run by PyTorch's static runtime
+(:mod:`pyro_bdl.inference.scripted`) or compiled: Python only loops over leaves, draws a subtree's uniforms
+at once and reads one flag per leaf (whether any chain still builds).
 
 Plain HMC takes ``round(pi/2 / step_size)`` leapfrog steps (trajectory length pi/2, as the ``hmc``
 method with Pyro's kernel) and a Metropolis correction.
@@ -120,15 +121,15 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     The first 15 arguments are the subtree's state, returned updated in the same order: the trajectory's
     end (zc, rc, gc), the subtree's log weight, proposal (pz, pu, pg) and momentum sum, the momentum and
     momentum-sum checkpoints (depth, C, D), leapfrog steps and acceptance sum, whether it turned or
-    diverged, and which chains still build.  ``store`` / ``check`` (depth,) select the checkpoints this
-    leaf writes (an even leaf) or checks its U-turns against (an odd leaf); ``uniform`` (C,) draws the
-    multinomial proposal.
+    diverged, and which chains still build; then whether any chain still builds (a 0-dim bool).
+    ``store`` / ``check`` (depth,) select the checkpoints this leaf writes (an even leaf) or checks its
+    U-turns against (an odd leaf); ``uniform`` (C,) draws the multinomial proposal.
     """
     z, r, u, g = _leapfrog(grad_and_value, inverse_mass, zc, rc, gc, step)
     dh = _energy_error(inverse_mass, u, r, h0)
     b = building
     zc, rc, gc = _where(b, z, zc), _where(b, r, rc), _where(b, g, gc)
-    n_steps = n_steps + b.long()
+    n_steps = n_steps + b  # (a bool added to a long: no cast)
     sum_accept = sum_accept + torch.where(b, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
     # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
     new_log_w = torch.logaddexp(s_log_w, -dh)
@@ -142,18 +143,21 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     turns = _is_turning(inverse_mass, r_ckpts, r, s_r_sum - r_sum_ckpts + r_ckpts)  # (depth, C)
     s_turning = s_turning | (b & (turns & check.view(-1, 1)).any(0))
     s_diverging = s_diverging | (b & (dh > MAX_DELTA_ENERGY))
-    building = b & ~s_turning & ~s_diverging
+    building = b & ~(s_turning | s_diverging)
     return (zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps, sum_accept, s_turning,
-            s_diverging, building)
+            s_diverging, building, building.any())
 
 
 def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps,
                    sum_accept, s_turning, s_diverging, building, right_z, right_r, right_g, left_z, left_r, left_g,
-                   prop_z, prop_u, prop_g, log_w, r_sum, active, right_way, depth, diverging, uniform, inverse_mass):
-    """Merge a finished subtree (the state :func:`_nuts_leaf` returns) into the tree, as one function of
-    tensors (no potential evaluation): biased progressive sampling, a subtree that turned or diverged is
-    never moved to.  -> right (z, r, g), left (z, r, g), proposal (z, u, g), log_w, r_sum, active, depth,
-    diverging."""
+                   prop_z, prop_u, prop_g, log_w, r_sum, active, right_way, depth, diverging, uniform, next_way,
+                   step_size, inverse_mass):
+    """Merge a finished subtree (the state :func:`_nuts_leaf` returns) into the tree and set out the next
+    one, as one function of tensors (no potential evaluation): biased progressive sampling, a subtree that
+    turned or diverged is never moved to.  ``next_way`` (C,) uniform draws the next subtree's direction.
+    -> right (z, r, g), left (z, r, g), proposal (z, u, g), log_w, r_sum, active, depth, diverging; the next
+    subtree's direction, signed step (C, 1) and start (z, r, g) (:func:`_subtree_start`); whether any
+    chain is still active (a 0-dim bool)."""
     to_right, to_left = active & right_way, active & ~right_way
     right_z, right_r, right_g = (_where(to_right, a, b) for a, b in ((zc, right_z), (rc, right_r), (gc, right_g)))
     left_z, left_r, left_g = (_where(to_left, a, b) for a, b in ((zc, left_z), (rc, left_r), (gc, left_g)))
@@ -167,8 +171,30 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     diverging = diverging | (active & s_diverging)
     turning = s_turning | _is_turning(inverse_mass, left_r, right_r, r_sum)
     active = active & ~turning & ~s_diverging
-    return (right_z, right_r, right_g, left_z, left_r, left_g, prop_z, prop_u, prop_g, log_w, r_sum, active, depth,
-            diverging)
+    right = (right_z, right_r, right_g)
+    left = (left_z, left_r, left_g)
+    return (*right, *left, prop_z, prop_u, prop_g, log_w, r_sum, active, depth, diverging,
+            *_subtree_start(right, left, next_way, step_size), active.any())
+
+
+def _subtree_start(right, left, uniform, step_size):
+    """A new subtree's direction (C,) (right with probability 1/2), signed step (C, 1) and start: the
+    right end (z, r, g) of the trajectory if it goes right, else the left end."""
+    right_way = uniform < 0.5
+    step = torch.where(right_way, step_size, -step_size).unsqueeze(-1)
+    return (right_way, step, *(_where(right_way, a, b) for a, b in zip(right, left)))
+
+
+def _transition_start(grad_and_value, z, u, g, eps, momentum_factor, uniform, step_size, inverse_mass):
+    """The start of a NUTS draw, as one function of tensors: the momentum (``eps`` (C, D) standard normal
+    times ``momentum_factor``: M^1/2 as (C, D) diagonal or (C, D, D) dense), its energy h0 (C,), and the
+    first subtree's direction, signed step and start (:func:`_subtree_start`)."""
+    if momentum_factor.dim() == 3:
+        r0 = (momentum_factor @ eps.unsqueeze(-1)).squeeze(-1)
+    else:
+        r0 = eps * momentum_factor
+    h0 = u + _kinetic(inverse_mass, r0)
+    return (r0, h0, *_subtree_start((z, r0, g), (z, r0, g), uniform, step_size))
 
 
 def _hmc_step(grad_and_value, zc, rc, uc, gc, diverging, moving, step, inverse_mass, h0):
@@ -188,6 +214,7 @@ class _Dynamics:
         self.set_mass(inverse_mass)
 
     def set_mass(self, inverse_mass):
+        inverse_mass = inverse_mass.contiguous()  # the compiled steps take contiguous inputs (potential._inductor)
         self.inverse_mass = inverse_mass  # (C, D) diagonal or (C, D, D) dense
         self.dense = inverse_mass.dim() == 3
         if self.dense:  # r ~ N(0, M) as r = F eps, F F^T = M = inverse_mass^-1: F = L^-T, inverse_mass = L L^T
@@ -195,6 +222,7 @@ class _Dynamics:
             lower = torch.linalg.cholesky(inverse_mass.double())
             eye = torch.eye(lower.shape[-1], dtype=torch.float64).expand_as(lower)
             self._chol_mass = torch.linalg.solve_triangular(lower, eye, upper=False).mT.to(inverse_mass.dtype)
+            self._chol_mass = self._chol_mass.contiguous()
         else:
             self._sd_mass = inverse_mass.rsqrt()
 
@@ -206,12 +234,19 @@ class _Dynamics:
         u, g = self.value_and_grad(z)
         return g, u
 
-    def fused(self, name, step, example, evaluates=True):
+    def fused(self, name, step, example, evaluates=True, compile=None):
+        """``step`` fused with the potential (compiled as the run is, or as ``compile`` says)."""
         key = (name, self.dense, tuple((tuple(t.shape), t.dtype) for t in example))
-        return self.potential.fuse(key, step, example, self.tensors, compile=self.compile, evaluates=evaluates)
+        compile = self.compile if compile is None else compile
+        return self.potential.fuse(key, step, example, self.tensors, compile=compile, evaluates=evaluates)
 
     def kinetic(self, r):
         return _kinetic(self.inverse_mass, r)
+
+    @property
+    def momentum_factor(self):
+        """F with F F^T = M: momenta r = F eps draw N(0, M); (C, D) diagonal or (C, D, D) dense."""
+        return self._chol_mass if self.dense else self._sd_mass
 
     def momentum(self, generator, like):
         eps = torch.randn(like.shape, generator=generator, dtype=like.dtype)
@@ -250,48 +285,56 @@ def _checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]
 
 # --- one transition -------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=8)
+def _start_values(chains, dim, dtype, max_depth):
+    """The constant tensors a draw starts from (the fused steps never write into their inputs, so every draw
+    shares them): false and zero per chain (C,), zero momenta (C, D), -inf, true, integer zero (C,),
+    checkpoints (max_depth, C, D)."""
+    no = torch.zeros(chains, dtype=torch.bool)
+    return (no, torch.zeros(chains, dtype=dtype), torch.zeros(chains, dim, dtype=dtype),
+            torch.full((chains,), -math.inf, dtype=dtype), ~no, torch.zeros(chains, dtype=torch.long),
+            torch.zeros(max_depth, chains, dim, dtype=dtype))
+
+
 def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
-    """One NUTS draw for every chain: -> (z, u, g) of the draws and per-chain statistics."""
-    C = z.shape[0]
-    r0 = dyn.momentum(generator, z)
-    h0 = u + dyn.kinetic(r0)
-    left, right = (z, r0, g), (z, r0, g)
-    prop = (z, u, g)
-    log_w = torch.zeros(C, dtype=z.dtype)
-    r_sum = r0.clone()
-    active = torch.ones(C, dtype=torch.bool)
-    depth = torch.zeros(C, dtype=torch.long)
-    n_steps = torch.zeros(C, dtype=torch.long)
-    diverging = torch.zeros(C, dtype=torch.bool)
-    sum_accept = torch.zeros(C, dtype=z.dtype)
-    r_ckpts = z.new_zeros((max_depth,) + z.shape)
-    r_sum_ckpts = z.new_zeros((max_depth,) + z.shape)
+    """One NUTS draw for every chain: -> (z, u, g) of the draws and per-chain statistics.
+
+    Python only loops: the draw's start, each leaf and each merge (with the next subtree's start) are
+    fused calls, and the uniforms of a subtree are drawn at once (its leaves', its merge's and the next
+    direction's)."""
+    C, step_size = z.shape[0], step_size.to(z.dtype)
+    eps = torch.randn(z.shape, generator=generator, dtype=z.dtype)
+    args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype), step_size,
+            dyn.inverse_mass)
+    start = dyn.fused("nuts-start", _transition_start, args, evaluates=False, compile=False)
+    r0, h0, right_way, step, zc, rc, gc = start(*args)
+    right, left, prop = (z, r0, g), (z, r0, g), (z, u, g)
+    no, zero, zeros, minus_inf, yes, int_zeros, r_ckpts = _start_values(C, z.shape[1], z.dtype, max_depth)
+    log_w, r_sum, active, depth, diverging = zero, r0, yes, int_zeros, no
+    n_steps, sum_accept, r_sum_ckpts = int_zeros, zero, r_ckpts
     masks = _checkpoint_masks(max_depth)
-    no = torch.zeros(C, dtype=torch.bool)
     leaf = merge = None
     for j in range(max_depth):
-        if not bool(active.any()):
-            break
-        right_way = torch.rand(C, generator=generator) < 0.5
-        step = torch.where(right_way, step_size, -step_size).unsqueeze(-1).to(z.dtype)
-        zc, rc, gc = (_where(right_way, a, b) for a, b in zip(right, left))
-        state = (zc, rc, gc, torch.full((C,), -math.inf, dtype=z.dtype), zc, u, gc, torch.zeros_like(z),
-                 r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
+        uniforms = torch.rand(2 ** j + 2, C, generator=generator, dtype=z.dtype).unbind(0)
+        state = (zc, rc, gc, minus_inf, zc, u, gc, zeros, r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
         for n in range(2 ** j):
-            if n > 0 and not bool(state[-1].any()):
-                break
-            args = (*state, step, dyn.inverse_mass, h0, *masks[n], torch.rand(C, generator=generator))
+            args = (*state, step, dyn.inverse_mass, h0, *masks[n], uniforms[n])
             if leaf is None:
                 leaf = dyn.fused("nuts-leaf", _nuts_leaf, args)
-            state = leaf(*args)
+            *state, building = leaf(*args)
+            if not bool(building):
+                break
         r_ckpts, r_sum_ckpts, n_steps, sum_accept = state[8:12]
-        args = (*state, *right, *left, *prop, log_w, r_sum, active, right_way, depth, diverging,
-                torch.rand(C, generator=generator), dyn.inverse_mass)
+        args = (*state, *right, *left, *prop, log_w, r_sum, active, right_way, depth, diverging, *uniforms[-2:],
+                step_size, dyn.inverse_mass)
         if merge is None:
             merge = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)
         out = merge(*args)
         right, left, prop = out[0:3], out[3:6], out[6:9]
-        log_w, r_sum, active, depth, diverging = out[9:]
+        log_w, r_sum, active, depth, diverging = out[9:14]
+        right_way, step, zc, rc, gc = out[14:19]
+        if not bool(out[19]):
+            break
     stats = {"diverging": diverging, "n_steps": n_steps, "tree_depth": depth,
              "accept": sum_accept / n_steps.clamp(min=1)}
     return prop, stats
@@ -527,7 +570,7 @@ def sample(potential, tensors, *, chains: int, warmup: int, samples: int, kernel
         if warmup > 0:
             step_size = _reasonable_step_size(dyn, z, u, g, step_size, generator)
     else:
-        z, u, g, step_size = resume["z"], resume["u"], resume["g"], resume["step_size"]
+        z, u, g, step_size = (resume[k].contiguous() for k in ("z", "u", "g", "step_size"))
     averaging = _DualAveraging(step_size, target_accept)
     windows = {last: first for first, last in adaptation_windows(warmup)}
     window_firsts = set(windows.values())

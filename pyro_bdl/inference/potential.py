@@ -163,10 +163,12 @@ class FlatPotential:
         traced graph inlined: run traced (:func:`~pyro_bdl.inference.scripted.script`), or compiled by inductor
         (``compile=True``; seconds).
         ``evaluates``: whether ``step`` calls the potential (counted in :attr:`evaluations`).
-        ``example``: arguments of the shapes it will be called with; ``key``: names the step and those
-        shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
+        ``example``: arguments of the shapes it will be called with, and, where they are contiguous, of their
+        strides (the compiled form does not check them at each call: ``_inductor``); ``key``: names the step
+        and those shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
         fails, ``step`` runs eagerly on :meth:`value_and_grad`'s function, with one warning."""
         cache_key = (key, compile)
+        tensors = tuple(t if t.is_contiguous() else t.contiguous() for t in tensors)  # as compiled (_inductor)
         if cache_key not in self._fused:
             self._fused[cache_key] = self._fuse(step, example, tensors, compile)
         fused = self._fused[cache_key]
@@ -248,6 +250,7 @@ class FlatPotential:
         def inlined(*args):
             return step(lambda theta: graph(theta, *args[n:]), *args[:n])
 
+        contiguous = all(t.is_contiguous() for t in (*example, *tensors))
         # tracers follow tensors by identity: one object passed as two arguments would become one input
         example, tensors = tuple(t.clone() for t in example), tuple(t.clone() for t in tensors)
         try:
@@ -256,9 +259,7 @@ class FlatPotential:
             fused.graph.eliminate_dead_code()
             fused.recompile()
             if compile:  # inductor on the traced graph directly: no dynamo guards to check at every call
-                from torch._inductor import compile as inductor_compile
-
-                runner = inductor_compile(fused, list(example) + list(tensors))
+                runner = _inductor(fused, (*example, *tensors), contiguous)
             else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/RESULTS.md)
                 runner = script(fused, (*example, *tensors))
             _check_same(runner(*example, *tensors), reference)
@@ -272,6 +273,40 @@ class FlatPotential:
         self._mode = mode
         warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
                       stacklevel=4)
+
+
+def _inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
+    """``graph`` compiled by inductor for inputs like ``example``.  Where every input is contiguous (as the
+    sampler passes them: its own tensors, the data made contiguous by :meth:`FlatPotential.fuse`, and the
+    outputs of the same steps), the per-call check of every input's sizes and strides (~1 us an input, half
+    of a small model's compiled leaf; benchmarks/RESULTS.md, "size asserts") is left out, unless an output
+    comes out non-contiguous (it could be fed back in)."""
+    from torch._inductor import compile as inductor_compile
+    from torch._inductor import config
+
+    if contiguous:
+        with config.patch(size_asserts=False):
+            runner = _cached_compile(inductor_compile, graph, example)
+        out = runner(*example)
+        if all(t.is_contiguous() for t in (out if isinstance(out, (tuple, list)) else (out,))):
+            return runner
+    return _cached_compile(inductor_compile, graph, example)
+
+
+def _cached_compile(inductor_compile, graph, example):
+    """``inductor_compile(graph, example)`` inside a tracing context whose fake mode has a shape environment, as
+    ``torch.compile`` gives it: without one inductor bypasses its on-disk cache of compiled graphs ("No shape
+    env") and every new process compiles again (seconds; benchmarks/RESULTS.md, "size asserts")."""
+    try:
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+    except (ImportError, TypeError):  # another torch: compiled each time, still correct
+        return inductor_compile(graph, list(example))
+    with tracing(context):
+        return inductor_compile(graph, list(example))
 
 
 def _check_same(got, want):
