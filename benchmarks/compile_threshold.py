@@ -18,9 +18,9 @@ own steps.  The last line gives the family's median break-even against the thres
 regression and the centred eight schools) and ``workloads`` (speed_mcmc's eight schools, 1-50-1 BNN and demo) is run
 once, never compiled, in this process, recording each draw's batched leapfrog steps (counts only: nothing is timed);
 auto's rule (``nuts_kernel._compile_now``) is then replayed on those steps at several thresholds, and each choice
-priced with a cost model: a compile's fixed cost F (10, 18, 25 s: a later compile in a process, a first one, a first
-on a machine) plus the steps before it at the traced cost and the rest at the compiled cost, per kind of model as the
-three-way runs measured them.  It prints, per member, where auto compiles and its cost over the better of never and
+priced with a cost model: a compile's fixed cost F (4, 10, 18, 25 s: a model compiled before, found in inductor's
+on-disk cache; a later compile in a process; a first one; a first on a machine) plus the steps before it at the
+traced cost and the rest at the compiled cost, per kind of model as the three-way runs measured them.  It prints, per member, where auto compiles and its cost over the better of never and
 always, and per threshold the worst and geometric-mean ratio.  ``--save FILE`` / ``--load FILE`` keep the steps.
 
 Example: ``python benchmarks/compile_threshold.py`` (a few minutes), ``--quick`` (the smoke test),
@@ -62,7 +62,7 @@ class Member(NamedTuple):
 
 
 #: Microseconds per batched leapfrog step, traced (static runtime) / compiled, per kind: rounded from the three-way
-#: runs' own table (benchmarks/RESULTS.md, "fused draw start", the slower host); "regression" sits between its
+#: runs' own table (benchmarks/RESULTS.md, "a draw's start", the slower host); "regression" sits between its
 #: neighbours.
 STEP_COST_US = {"logistic": (645, 470), "hierarchical": (515, 185), "bnn": (330, 90), "regression": (580, 330)}
 #: A compile's fixed cost in seconds: a model compiled before (inductor's on-disk cache), a later compile in a

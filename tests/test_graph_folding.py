@@ -102,7 +102,8 @@ def _agree(gm, f, *inputs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_numbers_become_tensors_of_the_operand_dtype_and_squares_products(dtype):
     def f(x):
-        return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), x.masked_fill(x < 0, 7.0) * 2.0
+        filled = x.masked_fill(x < 0, 7.0) * 2.0
+        return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), filled
 
     x = torch.randn(5, dtype=dtype)
     gm = simplify(make_fx(f)(x))

@@ -98,8 +98,8 @@ def test_same_seed_same_draws_and_stats_in_the_draws_form():
 def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypatch, kernel):
     model, data, _ = _zoo_problem("blr")
     fused = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
-    monkeypatch.setattr(nuts_kernel._Dynamics, "fused",
-                        lambda self, name, step, example, evaluates=True, compile=None: functools.partial(step, self._grad_and_value))
+    monkeypatch.setattr(nuts_kernel._Dynamics, "fused", lambda self, name, step, example, evaluates=True,
+                        compile=None: functools.partial(step, self._grad_and_value))
     op_by_op = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     assert torch.allclose(fused.theta, op_by_op.theta, atol=1e-4)
     assert np.array_equal(fused.stats["n_steps"], op_by_op.stats["n_steps"])

@@ -57,7 +57,8 @@ __all__ = ["sample", "Chains", "adaptation_windows", "MAX_DELTA_ENERGY", "COMPIL
 MAX_DELTA_ENERGY = 1000.0
 #: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps than this
 #: (:func:`_compile_now`); 55k: the family's median break-even once the traced steps ran by the static runtime, and
-#: the best of 25-70k on recorded runs replayed (benchmarks/RESULTS.md, "static runtime").
+#: the best of 25-70k on recorded runs replayed (benchmarks/RESULTS.md, "static runtime"); level with 45k when checked
+#: again with cheaper steps ("a draw's start").
 COMPILE_AFTER_STEPS = 55_000
 _HMC_TRAJECTORY = math.pi / 2
 #: How often a checkpointed run saves the sampler's state (and on Ctrl-C): a minute of work at most is redone.

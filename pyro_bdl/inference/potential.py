@@ -23,7 +23,8 @@ over chains.
 
 :meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
 leapfrog step and the sampler's bookkeeping with the potential inlined), run traced (the static runtime) or
-compiled by inductor directly on the traced graph (no dynamo guards at each call); it is kept on the potential.
+compiled by inductor directly on the traced graph (no dynamo guards at each call, no stride checks where every
+input is contiguous, and found again in inductor's on-disk cache by a later process); it is kept on the potential.
 
 Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
 site.
@@ -279,8 +280,8 @@ def _inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
     """``graph`` compiled by inductor for inputs like ``example``.  Where every input is contiguous (as the
     sampler passes them: its own tensors, the data made contiguous by :meth:`FlatPotential.fuse`, and the
     outputs of the same steps), the per-call check of every input's sizes and strides (~1 us an input, half
-    of a small model's compiled leaf; benchmarks/RESULTS.md, "size asserts") is left out, unless an output
-    comes out non-contiguous (it could be fed back in)."""
+    of a small model's compiled leaf; benchmarks/RESULTS.md, "without stride checks") is left out, unless an
+    output comes out non-contiguous (it could be fed back in)."""
     from torch._inductor import compile as inductor_compile
     from torch._inductor import config
 
@@ -296,7 +297,7 @@ def _inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
 def _cached_compile(inductor_compile, graph, example):
     """``inductor_compile(graph, example)`` inside a tracing context whose fake mode has a shape environment, as
     ``torch.compile`` gives it: without one inductor bypasses its on-disk cache of compiled graphs ("No shape
-    env") and every new process compiles again (seconds; benchmarks/RESULTS.md, "size asserts")."""
+    env") and every new process compiles again (seconds; benchmarks/RESULTS.md, "on-disk cache")."""
     try:
         from torch._guards import TracingContext, tracing
         from torch._subclasses.fake_tensor import FakeTensorMode
