@@ -20,8 +20,9 @@ once, never compiled, in this process, recording each draw's batched leapfrog st
 auto's rule (``nuts_kernel._compile_now``) is then replayed on those steps at several thresholds, and each choice
 priced with a cost model: a compile's fixed cost F (4, 10, 18, 25 s: a model compiled before, found in inductor's
 on-disk cache; a later compile in a process; a first one; a first on a machine) plus the steps before it at the
-traced cost and the rest at the compiled cost, per kind of model as the three-way runs measured them.  It prints, per member, where auto compiles and its cost over the better of never and
-always, and per threshold the worst and geometric-mean ratio.  ``--save FILE`` / ``--load FILE`` keep the steps.
+traced cost and the rest at the compiled cost, per kind of model as the three-way runs measured them.  It prints,
+per member, where auto compiles and its cost over the better of never and always, and per threshold the worst and
+geometric-mean ratio.  ``--save FILE`` / ``--load FILE`` keep the steps.
 
 Example: ``python benchmarks/compile_threshold.py`` (a few minutes), ``--quick`` (the smoke test),
 ``--replay --save steps.json`` (~10 min), ``--replay --load steps.json --thresholds 20000 30000``.

@@ -8,8 +8,9 @@
 First, why numbers are rewritten: a chain of 50 operations on a (4, 10) tensor with a Python-number operand
 (``x * 0.5``, ``x <= 0.0``) against the same with a 0-dim tensor operand, microseconds an operation in TorchScript
 and in the static runtime.  Then, per model and step: operations in the graph, microseconds a call (median of
-rounds of calls, the three ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a way's outputs differ from
-``torchscript``'s on the example.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime".
+rounds of calls, the three ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a
+way's outputs differ from ``torchscript``'s on the example.  Nothing is asserted; results: benchmarks/RESULTS.md,
+"static runtime".
 
 Example: ``python benchmarks/step_runtime.py`` (about a minute), ``--quick`` (the smoke test).
 """
@@ -46,24 +47,34 @@ def models(quick: bool) -> dict:
 
 
 def _steps(model, data, chains):
-    """The fused leaf's and merge's FX graphs and example arguments, captured from a short run."""
+    """The fused leaf's and merge's FX graphs and example arguments, captured from a short run (by the step each
+    fuse call is for, not by the order of the calls)."""
     from pyro_bdl.inference import nuts_kernel
     from pyro_bdl.inference import potential as potential_module
 
-    captured, original = {}, potential_module.script
+    names = {nuts_kernel._nuts_leaf: "leaf", nuts_kernel._merge_subtree: "merge"}
+    captured, fusing = {}, []
+    original_script, original_fuse = potential_module.script, potential_module.FlatPotential._fuse
+
+    def fuse(self, step, *args, **kwargs):
+        fusing.append(names.get(step))
+        try:
+            return original_fuse(self, step, *args, **kwargs)
+        finally:
+            fusing.pop()
 
     def capture(gm, example):
-        if len(captured) < 4:  # the potential, then a draw's start, the leaf, the merge
-            captured[len(captured)] = (copy.deepcopy(gm), example)
-        return original(gm, example)
+        if fusing and fusing[-1] is not None and fusing[-1] not in captured:
+            captured[fusing[-1]] = (copy.deepcopy(gm), example)
+        return original_script(gm, example)
 
-    potential_module.script = capture
+    potential_module.script, potential_module.FlatPotential._fuse = capture, fuse
     try:
         potential = potential_module.FlatPotential(model, data, compile=False)
         nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
     finally:
-        potential_module.script = original
-    return {"leaf": captured[2], "merge": captured[3]}
+        potential_module.script, potential_module.FlatPotential._fuse = original_script, original_fuse
+    return {"leaf": captured["leaf"], "merge": captured["merge"]}
 
 
 def _ways(gm, example) -> dict:

@@ -223,12 +223,12 @@ EIGHT_SCHOOLS = {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
 def test_divergences_on_the_funnel_and_not_on_its_non_centred_form():
     """Divergences cluster (a chain stuck at the funnel's neck diverges again and again), so their count varies
     widely between seeds: 3-33 for the centred model in 4 x (300 + 300) draws over six seeds, 35-206 in
-    4 x (1000 + 1000) over four, against 1-2 for the non-centred model: hence the longer runs."""
+    4 x (1000 + 1000) over four (35 at this seed), against 1-2 for the non-centred model: hence the longer runs."""
     runs = {centred: _run(eight_schools, {**EIGHT_SCHOOLS, "centred": centred}, chains=4, warmup=1000, samples=1000,
                           seed=0)[1] for centred in (True, False)}
     centred, non_centred = (int(runs[c].stats["diverging"].sum()) for c in (True, False))
     assert centred >= 20, centred
-    assert non_centred <= 0.005 * 4 * 1000 and non_centred * 5 <= centred, (centred, non_centred)
+    assert non_centred <= 0.005 * 4 * 1000 and non_centred * 10 <= centred, (centred, non_centred)
 
 
 def test_discrete_and_empty_models_are_refused():

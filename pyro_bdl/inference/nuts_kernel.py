@@ -85,6 +85,13 @@ def _velocity(inverse_mass, r):
     return inverse_mass * r
 
 
+def _momentum(factor, eps):
+    """Momenta r = F eps ~ N(0, M) from standard normal ``eps`` (C, D), F F^T = M: (C, D) diagonal or (C, D, D)."""
+    if factor.dim() == 3:
+        return (factor @ eps.unsqueeze(-1)).squeeze(-1)
+    return eps * factor
+
+
 def _kinetic(inverse_mass, r):
     return 0.5 * (r * _velocity(inverse_mass, r)).sum(-1)
 
@@ -190,10 +197,7 @@ def _transition_start(grad_and_value, z, u, g, eps, momentum_factor, uniform, st
     """The start of a NUTS draw, as one function of tensors: the momentum (``eps`` (C, D) standard normal
     times ``momentum_factor``: M^1/2 as (C, D) diagonal or (C, D, D) dense), its energy h0 (C,), and the
     first subtree's direction, signed step and start (:func:`_subtree_start`)."""
-    if momentum_factor.dim() == 3:
-        r0 = (momentum_factor @ eps.unsqueeze(-1)).squeeze(-1)
-    else:
-        r0 = eps * momentum_factor
+    r0 = _momentum(momentum_factor, eps)
     h0 = u + _kinetic(inverse_mass, r0)
     return (r0, h0, *_subtree_start((z, r0, g), (z, r0, g), uniform, step_size))
 
@@ -250,10 +254,7 @@ class _Dynamics:
         return self._chol_mass if self.dense else self._sd_mass
 
     def momentum(self, generator, like):
-        eps = torch.randn(like.shape, generator=generator, dtype=like.dtype)
-        if self.dense:
-            return (self._chol_mass @ eps.unsqueeze(-1)).squeeze(-1)
-        return eps * self._sd_mass
+        return _momentum(self.momentum_factor, torch.randn(like.shape, generator=generator, dtype=like.dtype))
 
     def leapfrog(self, z, r, g, step):
         """One velocity-Verlet step of signed size ``step`` (C, 1), unfused: -> z, r, U, grad."""
@@ -307,6 +308,7 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
     eps = torch.randn(z.shape, generator=generator, dtype=z.dtype)
     args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype), step_size,
             dyn.inverse_mass)
+    # once a draw: traced is enough, a compile would cost seconds for nothing
     start = dyn.fused("nuts-start", _transition_start, args, evaluates=False, compile=False)
     r0, h0, right_way, step, zc, rc, gc = start(*args)
     right, left, prop = (z, r0, g), (z, r0, g), (z, u, g)

@@ -279,25 +279,26 @@ class FlatPotential:
 def _inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
     """``graph`` compiled by inductor for inputs like ``example``.  Where every input is contiguous (as the
     sampler passes them: its own tensors, the data made contiguous by :meth:`FlatPotential.fuse`, and the
-    outputs of the same steps), the per-call check of every input's sizes and strides (~1 us an input, half
-    of a small model's compiled leaf; benchmarks/RESULTS.md, "without stride checks") is left out, unless an
-    output comes out non-contiguous (it could be fed back in)."""
-    from torch._inductor import compile as inductor_compile
+    outputs of the same steps), the per-call check of every input's sizes and strides is left out (a large part
+    of a small model's compiled step: benchmarks/RESULTS.md, "without stride checks"), unless an output comes
+    out non-contiguous (it could be fed back in)."""
     from torch._inductor import config
 
     if contiguous:
         with config.patch(size_asserts=False):
-            runner = _cached_compile(inductor_compile, graph, example)
+            runner = _cached_compile(graph, example)
         out = runner(*example)
         if all(t.is_contiguous() for t in (out if isinstance(out, (tuple, list)) else (out,))):
             return runner
-    return _cached_compile(inductor_compile, graph, example)
+    return _cached_compile(graph, example)
 
 
-def _cached_compile(inductor_compile, graph, example):
-    """``inductor_compile(graph, example)`` inside a tracing context whose fake mode has a shape environment, as
+def _cached_compile(graph, example):
+    """``graph`` compiled by inductor inside a tracing context whose fake mode has a shape environment, as
     ``torch.compile`` gives it: without one inductor bypasses its on-disk cache of compiled graphs ("No shape
-    env") and every new process compiles again (seconds; benchmarks/RESULTS.md, "on-disk cache")."""
+    env") and every new process compiles again (benchmarks/RESULTS.md, "on-disk cache")."""
+    from torch._inductor import compile as inductor_compile
+
     try:
         from torch._guards import TracingContext, tracing
         from torch._subclasses.fake_tensor import FakeTensorMode
