@@ -1,5 +1,7 @@
 """How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``nuts_kernel._nuts_leaf``,
-``_merge_subtree`` with the model's potential inlined) timed three ways in one process, on several models:
+``_merge_subtree`` with the model's potential inlined; the leaf in both its forms, "leaf" with some chains
+building and "leaf, all building" with its masks fixed, the only form one chain runs) timed three ways in one
+process, on several models:
 
 * ``torchscript``: the constant-folded graph traced to TorchScript (the traced path before the static runtime);
 * ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
@@ -56,10 +58,10 @@ def _steps(model, data, chains):
     captured, fusing = {}, []
     original_script, original_fuse = potential_module.script, potential_module.FlatPotential._fuse
 
-    def fuse(self, step, *args, **kwargs):
-        fusing.append(names.get(step))
+    def fuse(self, step, example, tensors, compile, fixed):
+        fusing.append(f"{names.get(step)}, all building" if fixed and step in names else names.get(step))
         try:
-            return original_fuse(self, step, *args, **kwargs)
+            return original_fuse(self, step, example, tensors, compile, fixed)
         finally:
             fusing.pop()
 
@@ -74,7 +76,7 @@ def _steps(model, data, chains):
         nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
     finally:
         potential_module.script, potential_module.FlatPotential._fuse = original_script, original_fuse
-    return {"leaf": captured["leaf"], "merge": captured["merge"]}
+    return dict(sorted(captured.items()))  # one chain: no masked leaf
 
 
 def _ways(gm, example) -> dict:
@@ -143,7 +145,7 @@ def main(argv=None):
     operand_costs(calls * 10, rounds)
     print(f"torch {torch.__version__}, threads {args.threads}; us per call: median of {rounds} rounds of {calls} "
           f"calls, the three ways alternating")
-    print(f"{'model':32s} {'step':6s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime")))
+    print(f"{'model':32s} {'step':18s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime")))
     for name, (model, data, chains) in models(args.quick).items():
         for step, (gm, example) in _steps(model, data, chains).items():
             ways = _ways(gm, example)
@@ -159,7 +161,7 @@ def main(argv=None):
                 for way, (run, _) in ways.items():
                     times[way].append(_timed(run, example, calls))
             us = {way: statistics.median(t) for way, t in times.items()}
-            print(f"{name:32s} {step:6s} " + "".join(f"{ways[w][1]:6d} ops {us[w]:8.1f} us   " for w in ways))
+            print(f"{name:32s} {step:18s} " + "".join(f"{ways[w][1]:6d} ops {us[w]:8.1f} us   " for w in ways))
             for way in list(ways)[1:]:
                 print(f"ratio {way}/torchscript [{name}, {step}] = {us[way] / us['torchscript']:.2f}")
 

@@ -99,10 +99,48 @@ def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypat
     model, data, _ = _zoo_problem("blr")
     fused = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     monkeypatch.setattr(nuts_kernel._Dynamics, "fused", lambda self, name, step, example, evaluates=True,
-                        compile=None: functools.partial(step, self._grad_and_value))
+                        compile=None, fixed=None: functools.partial(step, self._grad_and_value))
     op_by_op = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     assert torch.allclose(fused.theta, op_by_op.theta, atol=1e-4)
     assert np.array_equal(fused.stats["n_steps"], op_by_op.stats["n_steps"])
+
+
+def test_leaves_with_every_chain_building_run_unmasked_in_fewer_operations_and_give_the_same_draws(monkeypatch):
+    """While every chain builds, the traced kernel runs its leaf with ``building`` fixed (its masks folded away),
+    traced once for both forms; with some chains stopped, the masked leaf.  The draws equal those of the masked
+    leaf alone, bit for bit."""
+    from pyro_bdl.inference import potential as potential_module
+    from pyro_bdl.inference.graph_folding import operations
+
+    model, data, _ = _zoo_problem("blr")
+    fusing, counted = [], {}
+    script, fuse = potential_module.script, potential_module.FlatPotential._fuse
+
+    def fusing_step(self, step, example, tensors, compile, fixed):
+        fusing.append("fixed" if fixed else step.__name__)
+        try:
+            return fuse(self, step, example, tensors, compile, fixed)
+        finally:
+            fusing.pop()
+
+    def counting(gm, example):  # script simplifies gm in place: count what it runs, by the form fused
+        runner = script(gm, example)
+        if fusing:
+            counted[fusing[-1]] = operations(gm)
+        return runner
+
+    monkeypatch.setattr(potential_module.FlatPotential, "_fuse", fusing_step)
+    monkeypatch.setattr(potential_module, "script", counting)
+    potential = FlatPotential(model, data, compile=False)
+    both = _run(model, data, chains=3, warmup=60, samples=40, seed=3, potential=potential)[1]
+    assert counted["fixed"] < counted["_nuts_leaf"]  # both forms ran, the fixed one smaller
+    assert len(potential._fused) == 4 and len(potential._traces) == 3  # start, leaf (two forms, one trace), merge
+    monkeypatch.setattr(potential_module.FlatPotential, "_fuse", lambda self, step, example, tensors, compile,
+                        fixed: fuse(self, step, example, tensors, compile, {}))  # the masked leaf throughout
+    masked = _run(model, data, chains=3, warmup=60, samples=40, seed=3)[1]
+    assert torch.equal(both.theta, masked.theta)
+    for key, value in both.stats.items():
+        assert np.array_equal(value, masked.stats[key]), key
 
 
 @pytest.mark.slow

@@ -98,12 +98,25 @@ def _same_meta(a: fx.Node, b) -> bool:
             and va.dtype == vb.dtype)
 
 
+def _all(known: dict, node, truth: bool) -> bool:
+    """Whether ``node`` is a known boolean constant, all ``truth``."""
+    return isinstance(node, fx.Node) and node in known and known[node].dtype == torch.bool and bool(
+        (known[node] == truth).all())
+
+
 def _identity_operand(node: fx.Node, known: dict):
-    """The operand ``node`` equals (x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1, x ** 1), or None."""
+    """The operand ``node`` equals (x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1, x ** 1; where(true, x, y) and
+    where(false, y, x); x & true, true & x, x | false, false | x), or None."""
     t, args = node.target, node.args
+    if t is _aten.where.self and len(args) == 3 and not node.kwargs:
+        return args[1] if _all(known, args[0], True) else args[2] if _all(known, args[0], False) else None
     if len(args) != 2 or node.kwargs.get("alpha", 1) != 1:
         return None
     a, b = args
+    if t in (_aten.bitwise_and.Tensor, _aten.logical_and.default):
+        return a if _all(known, b, True) else b if _all(known, a, True) else None
+    if t in (_aten.bitwise_or.Tensor, _aten.logical_or.default):
+        return a if _all(known, b, False) else b if _all(known, a, False) else None
     if t in (_aten.add.Tensor, _aten.sub.Tensor) and _is(known, b, 0.0):
         return a
     if t is _aten.add.Tensor and _is(known, a, 0.0):

@@ -129,9 +129,9 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     The first 15 arguments are the subtree's state, returned updated in the same order: the trajectory's
     end (zc, rc, gc), the subtree's log weight, proposal (pz, pu, pg) and momentum sum, the momentum and
     momentum-sum checkpoints (depth, C, D), leapfrog steps and acceptance sum, whether it turned or
-    diverged, and which chains still build; then whether any chain still builds (a 0-dim bool).
-    ``store`` / ``check`` (depth,) select the checkpoints this leaf writes (an even leaf) or checks its
-    U-turns against (an odd leaf); ``uniform`` (C,) draws the multinomial proposal.
+    diverged, and which chains still build; then how many chains still build (a 0-dim long).
+    ``store`` (depth, 1, 1) / ``check`` (depth, 1) select the checkpoints this leaf writes (an even leaf) or
+    checks its U-turns against (an odd leaf); ``uniform`` (C,) draws the multinomial proposal.
     """
     z, r, u, g = _leapfrog(grad_and_value, inverse_mass, zc, rc, gc, step)
     dh = _energy_error(inverse_mass, u, r, h0)
@@ -145,15 +145,18 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     pz, pu, pg = _where(take, z, pz), torch.where(take, u, pu), _where(take, g, pg)
     s_log_w = torch.where(b, new_log_w, s_log_w)
     s_r_sum = s_r_sum + _where(b, r, torch.zeros_like(r))
-    put = (store.view(-1, 1) & b.view(1, -1)).unsqueeze(-1)  # (depth, C, 1)
+    put = store & b.view(1, -1, 1)  # (depth, C, 1)
     r_ckpts = torch.where(put, r, r_ckpts)
     r_sum_ckpts = torch.where(put, s_r_sum, r_sum_ckpts)
     turns = _is_turning(inverse_mass, r_ckpts, r, s_r_sum - r_sum_ckpts + r_ckpts)  # (depth, C)
-    s_turning = s_turning | (b & (turns & check.view(-1, 1)).any(0))
+    s_turning = s_turning | (b & (turns & check).any(0))
     s_diverging = s_diverging | (b & (dh > MAX_DELTA_ENERGY))
     building = b & ~(s_turning | s_diverging)
     return (zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps, sum_accept, s_turning,
-            s_diverging, building, building.any())
+            s_diverging, building, building.sum())
+
+
+_BUILDING = 14  # the index of _nuts_leaf's argument ``building`` (after grad_and_value)
 
 
 def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps,
@@ -164,8 +167,8 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     one, as one function of tensors (no potential evaluation): biased progressive sampling, a subtree that
     turned or diverged is never moved to.  ``next_way`` (C,) uniform draws the next subtree's direction.
     -> right (z, r, g), left (z, r, g), proposal (z, u, g), log_w, r_sum, active, depth, diverging; the next
-    subtree's direction, signed step (C, 1) and start (z, r, g) (:func:`_subtree_start`); whether any
-    chain is still active (a 0-dim bool)."""
+    subtree's direction, signed step (C, 1) and start (z, r, g) (:func:`_subtree_start`); how many chains are
+    still active (a 0-dim long)."""
     to_right, to_left = active & right_way, active & ~right_way
     right_z, right_r, right_g = (_where(to_right, a, b) for a, b in ((zc, right_z), (rc, right_r), (gc, right_g)))
     left_z, left_r, left_g = (_where(to_left, a, b) for a, b in ((zc, left_z), (rc, left_r), (gc, left_g)))
@@ -182,7 +185,7 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     right = (right_z, right_r, right_g)
     left = (left_z, left_r, left_g)
     return (*right, *left, prop_z, prop_u, prop_g, log_w, r_sum, active, depth, diverging,
-            *_subtree_start(right, left, next_way, step_size), active.any())
+            *_subtree_start(right, left, next_way, step_size), active.sum())
 
 
 def _subtree_start(right, left, uniform, step_size):
@@ -216,6 +219,7 @@ class _Dynamics:
 
     def __init__(self, potential, tensors, inverse_mass, compile=False):
         self.potential, self.tensors, self.compile = potential, tensors, compile
+        self._steps = {}  # (name, compile) -> fused step: a run's shapes never change, nor its mass's form
         self.set_mass(inverse_mass)
 
     def set_mass(self, inverse_mass):
@@ -239,11 +243,17 @@ class _Dynamics:
         u, g = self.value_and_grad(z)
         return g, u
 
-    def fused(self, name, step, example, evaluates=True, compile=None):
-        """``step`` fused with the potential (compiled as the run is, or as ``compile`` says)."""
-        key = (name, self.dense, tuple((tuple(t.shape), t.dtype) for t in example))
+    def fused(self, name, step, example, evaluates=True, compile=None, fixed=None):
+        """``step`` fused with the potential (compiled as the run is, or as ``compile`` says; ``fixed``: argument
+        index -> its value in every call, :meth:`FlatPotential.fuse`); found again by ``name`` in this run (no key
+        of shapes to build at every draw), by its shapes on the potential in others."""
         compile = self.compile if compile is None else compile
-        return self.potential.fuse(key, step, example, self.tensors, compile=compile, evaluates=evaluates)
+        fused = self._steps.get((name, compile))
+        if fused is None:
+            key = (name, self.dense, tuple((tuple(t.shape), t.dtype) for t in example))
+            fused = self._steps[name, compile] = self.potential.fuse(key, step, example, self.tensors, compile=compile,
+                                                                     evaluates=evaluates, fixed=fixed)
+        return fused
 
     def kinetic(self, r):
         return _kinetic(self.inverse_mass, r)
@@ -273,7 +283,8 @@ def _checkpoint_range(n: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=8)
 def _checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per leaf n < 2^(max_depth - 1) of a subtree: its (store, check) masks over the max_depth checkpoints."""
+    """Per leaf n < 2^(max_depth - 1) of a subtree: its (store, check) masks over the max_depth checkpoints, shaped
+    (depth, 1, 1) and (depth, 1) to broadcast against the chains (and coordinates) as :func:`_nuts_leaf` uses them."""
     masks = []
     for n in range(2 ** max(max_depth - 1, 0)):
         idx_min, idx_max = _checkpoint_range(n)
@@ -281,7 +292,7 @@ def _checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]
         if n % 2 == 0:
             store[idx_max] = True
         check[idx_min:idx_max + 1] = True
-        masks.append((store, check))
+        masks.append((store.view(-1, 1, 1), check.view(-1, 1)))
     return masks
 
 
@@ -303,7 +314,9 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
 
     Python only loops: the draw's start, each leaf and each merge (with the next subtree's start) are
     fused calls, and the uniforms of a subtree are drawn at once (its leaves', its merge's and the next
-    direction's)."""
+    direction's).  While every chain builds, a traced leaf runs with ``building`` fixed to true, its masks folded
+    away (the same values in fewer operations: benchmarks/RESULTS.md, "every chain building"); a compiled one
+    has no such form (a second compile costs seconds, a mask next to nothing)."""
     C, step_size = z.shape[0], step_size.to(z.dtype)
     eps = torch.randn(z.shape, generator=generator, dtype=z.dtype)
     args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype), step_size,
@@ -316,27 +329,29 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
     log_w, r_sum, active, depth, diverging = zero, r0, yes, int_zeros, no
     n_steps, sum_accept, r_sum_ckpts = int_zeros, zero, r_ckpts
     masks = _checkpoint_masks(max_depth)
-    leaf = merge = None
+    building = C  # how many chains build
     for j in range(max_depth):
         uniforms = torch.rand(2 ** j + 2, C, generator=generator, dtype=z.dtype).unbind(0)
         state = (zc, rc, gc, minus_inf, zc, u, gc, zeros, r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
         for n in range(2 ** j):
             args = (*state, step, dyn.inverse_mass, h0, *masks[n], uniforms[n])
-            if leaf is None:
+            if building == C and not dyn.compile:  # every chain builds: no masks to apply
+                leaf = dyn.fused("nuts-leaf-every", _nuts_leaf, args, fixed={_BUILDING: yes})
+            else:
                 leaf = dyn.fused("nuts-leaf", _nuts_leaf, args)
             *state, building = leaf(*args)
-            if not bool(building):
+            building = int(building)
+            if not building:
                 break
         r_ckpts, r_sum_ckpts, n_steps, sum_accept = state[8:12]
         args = (*state, *right, *left, *prop, log_w, r_sum, active, right_way, depth, diverging, *uniforms[-2:],
                 step_size, dyn.inverse_mass)
-        if merge is None:
-            merge = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)
-        out = merge(*args)
+        out = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)(*args)
         right, left, prop = out[0:3], out[3:6], out[6:9]
         log_w, r_sum, active, depth, diverging = out[9:14]
         right_way, step, zc, rc, gc = out[14:19]
-        if not bool(out[19]):
+        building = int(out[19])
+        if not building:
             break
     stats = {"diverging": diverging, "n_steps": n_steps, "tree_depth": depth,
              "accept": sum_accept / n_steps.clamp(min=1)}
@@ -352,15 +367,12 @@ def _hmc_transition(dyn, z, u, g, step_size, generator, max_steps):
     h0 = u + dyn.kinetic(r)
     step = step_size.unsqueeze(-1).to(z.dtype)
     state = (z, r, u, g, torch.zeros(C, dtype=torch.bool))
-    hmc_step = None
     for t in range(int(n_steps.max())):
         moving = (t < n_steps) & ~state[-1]
         if not bool(moving.any()):
             break
         args = (*state, moving, step, dyn.inverse_mass, h0)
-        if hmc_step is None:
-            hmc_step = dyn.fused("hmc-step", _hmc_step, args)
-        state = hmc_step(*args)
+        state = dyn.fused("hmc-step", _hmc_step, args)(*args)
     zc, rc, uc, gc, diverging = state
     dh = _energy_error(dyn.inverse_mass, uc, rc, h0)
     accept_prob = torch.where(diverging, torch.zeros_like(dh), torch.exp(torch.clamp(-dh, max=0.0)))

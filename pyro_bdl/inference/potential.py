@@ -110,6 +110,7 @@ class FlatPotential:
         self._graph = None  # the traced FX graph of the batched potential, once built (None if untraceable)
         self._mode = None
         self._fused = {}
+        self._traces = {}  # (step, argument shapes) -> the step traced with the potential inlined
         self.evaluations = 0  # batched potential-and-gradient evaluations so far (one per leapfrog step)
 
     # --- the single-point potential ------------------------------------------------------------
@@ -158,7 +159,8 @@ class FlatPotential:
         grad, value = self._batched(theta, *tensors)
         return value, grad
 
-    def fuse(self, key, step, example: tuple, tensors: tuple, *, compile: bool, evaluates: bool = True):
+    def fuse(self, key, step, example: tuple, tensors: tuple, *, compile: bool, evaluates: bool = True,
+             fixed: dict | None = None):
         """``step(grad_and_value, *args)`` (tensors in, a tuple of tensors out, one potential evaluation,
         no Python branching on values) as one function ``fused(*args) -> tuple``, with this potential's
         traced graph inlined: run traced (:func:`~pyro_bdl.inference.scripted.script`), or compiled by inductor
@@ -166,12 +168,15 @@ class FlatPotential:
         ``evaluates``: whether ``step`` calls the potential (counted in :attr:`evaluations`).
         ``example``: arguments of the shapes it will be called with, and, where they are contiguous, of their
         strides (the compiled form does not check them at each call: ``_inductor``); ``key``: names the step
-        and those shapes (the fused function is kept on the potential, so later fits reuse it).  Where fusing
+        and those shapes (the fused function is kept on the potential, so later fits reuse it).
+        ``fixed``: argument index -> the value that argument always has in the calls of this form: the graph
+        computes with it as a constant (folded where it decides a selection), the argument is still passed
+        and not read.  Forms of one step that fix other arguments share one trace.  Where fusing
         fails, ``step`` runs eagerly on :meth:`value_and_grad`'s function, with one warning."""
         cache_key = (key, compile)
         tensors = tuple(t if t.is_contiguous() else t.contiguous() for t in tensors)  # as compiled (_inductor)
         if cache_key not in self._fused:
-            self._fused[cache_key] = self._fuse(step, example, tensors, compile)
+            self._fused[cache_key] = self._fuse(step, example, tensors, compile, fixed or {})
         fused = self._fused[cache_key]
 
         def call(*args):
@@ -234,10 +239,9 @@ class FlatPotential:
             return
         self._batched, self._mode = compiled, "compiled"
 
-    def _fuse(self, step, example, tensors, compile):
-        from torch.fx.experimental.proxy_tensor import make_fx
-
+    def _fuse(self, step, example, tensors, compile, fixed):
         n = len(example)
+        example = tuple(fixed.get(i, a) for i, a in enumerate(example))
         if self._batched is None:
             self._build(example[0], tensors)
 
@@ -256,9 +260,7 @@ class FlatPotential:
         example, tensors = tuple(t.clone() for t in example), tuple(t.clone() for t in tensors)
         try:
             reference = inlined(*example, *tensors)
-            fused = make_fx(inlined)(*example, *tensors)
-            fused.graph.eliminate_dead_code()
-            fused.recompile()
+            fused = _fix_inputs(self._trace(step, inlined, example, tensors), fixed)
             if compile:  # inductor on the traced graph directly: no dynamo guards to check at every call
                 runner = _inductor(fused, (*example, *tensors), contiguous)
             else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/RESULTS.md)
@@ -270,10 +272,38 @@ class FlatPotential:
                           f"{type(error).__name__}: {str(error)[:300]}", PotentialCompileWarning, stacklevel=4)
             return unfused
 
+    def _trace(self, step, inlined, example, tensors) -> torch.fx.GraphModule:
+        """``inlined`` traced on ``example`` and ``tensors`` (a copy: what runs it changes it), the trace kept
+        for forms of the same step that fix other arguments."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        key = (step, tuple((tuple(t.shape), t.dtype) for t in (*example, *tensors)))
+        if key not in self._traces:
+            traced = make_fx(inlined)(*example, *tensors)
+            traced.graph.eliminate_dead_code()
+            traced.recompile()
+            self._traces[key] = traced
+        return copy.deepcopy(self._traces[key])
+
     def _fallback(self, mode, reason):
         self._mode = mode
         warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
                       stacklevel=4)
+
+
+def _fix_inputs(graph: torch.fx.GraphModule, fixed: dict) -> torch.fx.GraphModule:
+    """``graph`` (changed in place) reading the constant ``fixed[i]`` where it read its input i."""
+    inputs = [node for node in graph.graph.nodes if node.op == "placeholder"]
+    for i, value in fixed.items():
+        name = f"_fixed_input_{i}"
+        graph.register_buffer(name, value.clone())
+        with graph.graph.inserting_after(inputs[-1]):
+            constant = graph.graph.get_attr(name)
+        constant.meta = dict(inputs[i].meta)
+        inputs[i].replace_all_uses_with(constant)
+    if fixed:
+        graph.recompile()
+    return graph
 
 
 def _inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
