@@ -33,11 +33,18 @@ def plot_loss(losses, path: Path) -> None:
     plt.close(fig)
 
 
-def _first_elements(idata, per_dim: int = 2) -> dict:
-    """ArviZ coords keeping the first ``per_dim`` indices of every dimension: a network's thousands
-    of weights become a handful of panels."""
+#: A site with at most this many elements is drawn whole (a regression's weights); a larger one by the first two
+#: indices of each of its dimensions (a network's thousands of weights: a handful of panels).
+SHOWN_WHOLE = 8
+
+
+def _first_elements(idata, per_dim: int = 2, whole: int = SHOWN_WHOLE) -> dict:
+    """ArviZ coords keeping the first ``per_dim`` indices of every dimension of the sites with more than
+    ``whole`` elements (a dimension such a site shares with a smaller one is cut for both)."""
     coords = {}
     for da in idata.posterior.data_vars.values():
+        if int(np.prod(da.shape[2:], dtype=np.int64)) <= whole:
+            continue
         for dim in da.dims[2:]:
             coords[dim] = list(da[dim].values[:per_dim])  # the first coordinates (a pruned site's: flat indices)
     return coords
