@@ -1,7 +1,7 @@
 """How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``nuts_kernel._nuts_leaf``,
-``_merge_subtree`` with the model's potential inlined; the leaf in both its forms, "leaf" with some chains
-building and "leaf, all building" with its masks fixed, the only form one chain runs) timed three ways in one
-process, on several models:
+``_merge_subtree`` with the model's potential inlined; each in both its forms: "leaf" with some chains building
+and "leaf, all building" with its mask fixed, "merge" and "merge, all active" likewise; one chain runs only the
+fixed forms) timed three ways in one process, on several models:
 
 * ``torchscript``: the constant-folded graph traced to TorchScript (the traced path before the static runtime);
 * ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
@@ -55,11 +55,12 @@ def _steps(model, data, chains):
     from pyro_bdl.inference import potential as potential_module
 
     names = {nuts_kernel._nuts_leaf: "leaf", nuts_kernel._merge_subtree: "merge"}
+    fixed_names = {nuts_kernel._nuts_leaf: "leaf, all building", nuts_kernel._merge_subtree: "merge, all active"}
     captured, fusing = {}, []
     original_script, original_fuse = potential_module.script, potential_module.FlatPotential._fuse
 
     def fuse(self, step, example, tensors, compile, fixed):
-        fusing.append(f"{names.get(step)}, all building" if fixed and step in names else names.get(step))
+        fusing.append(fixed_names.get(step) if fixed else names.get(step))
         try:
             return original_fuse(self, step, example, tensors, compile, fixed)
         finally:

@@ -105,10 +105,10 @@ def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypat
     assert np.array_equal(fused.stats["n_steps"], op_by_op.stats["n_steps"])
 
 
-def test_leaves_with_every_chain_building_run_unmasked_in_fewer_operations_and_give_the_same_draws(monkeypatch):
+def test_steps_with_every_chain_building_run_unmasked_in_fewer_operations_and_give_the_same_draws(monkeypatch):
     """While every chain builds, the traced kernel runs its leaf with ``building`` fixed (its masks folded away),
-    traced once for both forms; with some chains stopped, the masked leaf.  The draws equal those of the masked
-    leaf alone, bit for bit."""
+    and while every chain is active its merge with ``active`` fixed, each traced once for both forms; with some
+    chains stopped, the masked forms.  The draws equal those of the masked forms alone, bit for bit."""
     from pyro_bdl.inference import potential as potential_module
     from pyro_bdl.inference.graph_folding import operations
 
@@ -117,7 +117,7 @@ def test_leaves_with_every_chain_building_run_unmasked_in_fewer_operations_and_g
     script, fuse = potential_module.script, potential_module.FlatPotential._fuse
 
     def fusing_step(self, step, example, tensors, compile, fixed):
-        fusing.append("fixed" if fixed else step.__name__)
+        fusing.append((step.__name__, bool(fixed)))
         try:
             return fuse(self, step, example, tensors, compile, fixed)
         finally:
@@ -133,8 +133,9 @@ def test_leaves_with_every_chain_building_run_unmasked_in_fewer_operations_and_g
     monkeypatch.setattr(potential_module, "script", counting)
     potential = FlatPotential(model, data, compile=False)
     both = _run(model, data, chains=3, warmup=60, samples=40, seed=3, potential=potential)[1]
-    assert counted["fixed"] < counted["_nuts_leaf"]  # both forms ran, the fixed one smaller
-    assert len(potential._fused) == 4 and len(potential._traces) == 3  # start, leaf (two forms, one trace), merge
+    for step in ("_nuts_leaf", "_merge_subtree"):  # both forms ran, the fixed one smaller
+        assert counted[step, True] < counted[step, False]
+    assert len(potential._fused) == 5 and len(potential._traces) == 3  # start, leaf and merge (two forms, one trace)
     monkeypatch.setattr(potential_module.FlatPotential, "_fuse", lambda self, step, example, tensors, compile,
                         fixed: fuse(self, step, example, tensors, compile, {}))  # the masked leaf throughout
     masked = _run(model, data, chains=3, warmup=60, samples=40, seed=3)[1]

@@ -44,6 +44,7 @@ Example
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -156,7 +157,12 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
             s_diverging, building, building.sum())
 
 
-_BUILDING = 14  # the index of _nuts_leaf's argument ``building`` (after grad_and_value)
+def _argument_index(step, name: str) -> int:
+    """The position of ``step``'s argument ``name`` among those after ``grad_and_value``."""
+    return list(inspect.signature(step).parameters).index(name) - 1
+
+
+_BUILDING = _argument_index(_nuts_leaf, "building")
 
 
 def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_sum_ckpts, n_steps,
@@ -203,6 +209,9 @@ def _transition_start(grad_and_value, z, u, g, eps, momentum_factor, uniform, st
     r0 = _momentum(momentum_factor, eps)
     h0 = u + _kinetic(inverse_mass, r0)
     return (r0, h0, *_subtree_start((z, r0, g), (z, r0, g), uniform, step_size))
+
+
+_ACTIVE = _argument_index(_merge_subtree, "active")
 
 
 def _hmc_step(grad_and_value, zc, rc, uc, gc, diverging, moving, step, inverse_mass, h0):
@@ -315,8 +324,9 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
     Python only loops: the draw's start, each leaf and each merge (with the next subtree's start) are
     fused calls, and the uniforms of a subtree are drawn at once (its leaves', its merge's and the next
     direction's).  While every chain builds, a traced leaf runs with ``building`` fixed to true, its masks folded
-    away (the same values in fewer operations: benchmarks/RESULTS.md, "every chain building"); a compiled one
-    has no such form (a second compile costs seconds, a mask next to nothing)."""
+    away (the same values in fewer operations: benchmarks/RESULTS.md, "every chain building"), and while every
+    chain is active, a traced merge with ``active`` fixed; compiled steps have no such forms (a second compile
+    costs seconds, a mask next to nothing)."""
     C, step_size = z.shape[0], step_size.to(z.dtype)
     eps = torch.randn(z.shape, generator=generator, dtype=z.dtype)
     args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype), step_size,
@@ -329,7 +339,7 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
     log_w, r_sum, active, depth, diverging = zero, r0, yes, int_zeros, no
     n_steps, sum_accept, r_sum_ckpts = int_zeros, zero, r_ckpts
     masks = _checkpoint_masks(max_depth)
-    building = C  # how many chains build
+    building = active_count = C  # how many chains build (in this subtree), are active (in the tree)
     for j in range(max_depth):
         uniforms = torch.rand(2 ** j + 2, C, generator=generator, dtype=z.dtype).unbind(0)
         state = (zc, rc, gc, minus_inf, zc, u, gc, zeros, r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
@@ -346,11 +356,15 @@ def _nuts_transition(dyn, z, u, g, step_size, generator, max_depth):
         r_ckpts, r_sum_ckpts, n_steps, sum_accept = state[8:12]
         args = (*state, *right, *left, *prop, log_w, r_sum, active, right_way, depth, diverging, *uniforms[-2:],
                 step_size, dyn.inverse_mass)
-        out = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)(*args)
+        if active_count == C and not dyn.compile:  # likewise while every chain is active
+            merge = dyn.fused("nuts-merge-every", _merge_subtree, args, evaluates=False, fixed={_ACTIVE: yes})
+        else:
+            merge = dyn.fused("nuts-merge", _merge_subtree, args, evaluates=False)
+        out = merge(*args)
         right, left, prop = out[0:3], out[3:6], out[6:9]
         log_w, r_sum, active, depth, diverging = out[9:14]
         right_way, step, zc, rc, gc = out[14:19]
-        building = int(out[19])
+        building = active_count = int(out[19])
         if not building:
             break
     stats = {"diverging": diverging, "n_steps": n_steps, "tree_depth": depth,
