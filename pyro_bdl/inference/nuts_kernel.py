@@ -194,6 +194,9 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
             *_subtree_start(right, left, next_way, step_size), active.sum())
 
 
+_ACTIVE = _argument_index(_merge_subtree, "active")
+
+
 def _subtree_start(right, left, uniform, step_size):
     """A new subtree's direction (C,) (right with probability 1/2), signed step (C, 1) and start: the
     right end (z, r, g) of the trajectory if it goes right, else the left end."""
@@ -209,9 +212,6 @@ def _transition_start(grad_and_value, z, u, g, eps, momentum_factor, uniform, st
     r0 = _momentum(momentum_factor, eps)
     h0 = u + _kinetic(inverse_mass, r0)
     return (r0, h0, *_subtree_start((z, r0, g), (z, r0, g), uniform, step_size))
-
-
-_ACTIVE = _argument_index(_merge_subtree, "active")
 
 
 def _hmc_step(grad_and_value, zc, rc, uc, gc, diverging, moving, step, inverse_mass, h0):
