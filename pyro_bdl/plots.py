@@ -38,9 +38,10 @@ def plot_loss(losses, path: Path) -> None:
 SHOWN_WHOLE = 8
 
 
-def _first_elements(idata, per_dim: int = 2, whole: int = SHOWN_WHOLE) -> dict:
-    """ArviZ coords keeping the first ``per_dim`` indices of every dimension of the sites with more than
-    ``whole`` elements (a dimension such a site shares with a smaller one is cut for both)."""
+def _drawn_elements(idata, per_dim: int = 2, whole: int = SHOWN_WHOLE) -> dict:
+    """ArviZ coords of the elements the figures draw: every element of a site with at most ``whole`` of them, the
+    first ``per_dim`` indices of every dimension of a larger one (a dimension it shares with a smaller site is cut
+    for both)."""
     coords = {}
     for da in idata.posterior.data_vars.values():
         if int(np.prod(da.shape[2:], dtype=np.int64)) <= whole:
@@ -51,7 +52,7 @@ def _first_elements(idata, per_dim: int = 2, whole: int = SHOWN_WHOLE) -> dict:
 
 
 def plot_trace(idata, path: Path) -> None:
-    axes = az.plot_trace(idata, compact=True, coords=_first_elements(idata))
+    axes = az.plot_trace(idata, compact=True, coords=_drawn_elements(idata))
     fig = np.asarray(axes).flat[0].figure
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -62,7 +63,7 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
     """Marginal posteriors (94% HDI); for a point estimate, the estimated values."""
     if point_estimate:
         names, values = [], []
-        for var, da in idata.posterior.sel(_first_elements(idata)).data_vars.items():
+        for var, da in idata.posterior.sel(_drawn_elements(idata)).data_vars.items():
             flat = da.values.reshape(-1)
             names += [var] if flat.size == 1 else [f"{var}[{j}]" for j in range(flat.size)]
             values += flat.tolist()
@@ -73,7 +74,7 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
         ax.set(title=f"{idata.posterior.attrs.get('inference', '')} point estimate", xlabel="value")
         fig.tight_layout()
     else:
-        axes = az.plot_posterior(idata, coords=_first_elements(idata))
+        axes = az.plot_posterior(idata, coords=_drawn_elements(idata))
         fig = np.asarray(axes).flat[0].figure
     fig.savefig(path, dpi=100)
     plt.close(fig)

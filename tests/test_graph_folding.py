@@ -57,17 +57,19 @@ def test_in_place_operations_are_not_folded():
 
 
 def test_selections_and_logic_with_constant_masks_fold_to_their_operand():
-    """where(true, x, y) -> x, where(false, x, y) -> y, x & true -> x, false | x -> x; a mask that is not a
-    constant, or a constant one that broadcasts the operand to another shape, is kept."""
+    """where(true, x, y) -> x, where(false, x, y) -> y, x & true -> x, false | x -> x (bitwise and logical); a mask
+    that is not a constant, a constant one that broadcasts the operand to another shape, or integer ones, is kept."""
     def f(x, y, m):
         yes, no = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)
         k = x > 0
-        return (torch.where(yes, x, y), torch.where(no, x, y), k & yes, no | k, torch.where(m, x, y),
-                torch.where(torch.ones(2, 3, dtype=torch.bool), x, y))
+        n = (x * 4).long()
+        return (torch.where(yes, x, y), torch.where(no, x, y), k & yes, no | k, torch.logical_and(yes, k),
+                torch.logical_or(k, no), torch.where(m, x, y), torch.where(torch.ones(2, 3, dtype=torch.bool), x, y),
+                n & torch.ones(3, dtype=torch.long))
 
     gm = make_fx(f)(torch.randn(3), torch.randn(3), torch.tensor([True, False, True]))
     folded = fold_constants(copy.deepcopy(gm))
-    assert operations(folded) == 3  # x > 0, where(m, ...), the broadcasting where
+    assert operations(folded) == 6  # x > 0, where(m, ...), the broadcasting where; x * 4, to long, n & 1 (kept)
     for seed in range(3):
         g = torch.Generator().manual_seed(seed)
         args = (torch.randn(3, generator=g), torch.randn(3, generator=g), torch.rand(3, generator=g) < 0.5)

@@ -99,9 +99,8 @@ def _same_meta(a: fx.Node, b) -> bool:
 
 
 def _all(known: dict, node, truth: bool) -> bool:
-    """Whether ``node`` is a known boolean constant, all ``truth``."""
-    return isinstance(node, fx.Node) and node in known and known[node].dtype == torch.bool and bool(
-        (known[node] == truth).all())
+    """Whether ``node`` is a known boolean constant, all ``truth`` (an integer's ones are no mask: x & 1 is not x)."""
+    return _is(known, node, truth) and known[node].dtype == torch.bool
 
 
 def _identity_operand(node: fx.Node, known: dict):

@@ -228,7 +228,8 @@ class _Dynamics:
 
     def __init__(self, potential, tensors, inverse_mass, compile=False):
         self.potential, self.tensors, self.compile = potential, tensors, compile
-        self._steps = {}  # (name, compile) -> fused step: a run's shapes never change, nor its mass's form
+        self._steps = {}  # (name, compile) -> fused step (a name is one step and fixed arguments; a run's shapes
+        # and mass form never change)
         self.set_mass(inverse_mass)
 
     def set_mass(self, inverse_mass):
