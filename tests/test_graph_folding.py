@@ -5,6 +5,7 @@ traced with, and leaves random operations, writes into inputs and shape-changing
 from __future__ import annotations
 
 import copy
+import math
 
 import pyro
 import pyro.distributions as dist
@@ -188,6 +189,51 @@ def test_reshapes_that_change_nothing_go_and_an_outputs_strides_are_kept():
     assert torch.ops.aten.sum.dim_IntList in _targets(gm)
     assert gm(torch.randn(3, 4)).is_contiguous()
     _agree(gm, column, torch.randn(3, 4))
+
+
+def test_additions_and_isnan_take_the_forms_the_static_runtime_buffers_with_the_same_bits():
+    """add -> sub of the negated alpha and isnan(x) -> x != x: the same values bit for bit (NaN and infinities
+    included), run by the static runtime with reused output buffers, where add and isnan are not (torch 2.13);
+    an addition with a boolean stays (sub refuses booleans)."""
+    def f(x, y, n, b):
+        return x + y, torch.add(x, y, alpha=2), x + 1.5, n + 1, n + b, torch.isnan(x), torch.where(b, n + 1, n)
+
+    def example(seed):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(4, 3, generator=g)
+        x[0, 0], x[1, 1], x[2, 2] = math.nan, math.inf, -math.inf
+        return x, torch.randn(4, 3, generator=g), torch.randint(0, 9, (4, 3), generator=g), torch.rand(4, 3) < 0.5
+
+    gm = simplify(make_fx(f)(*example(0)))
+    targets = _targets(gm)
+    adds = [node for node in gm.graph.nodes if node.target is torch.ops.aten.add.Tensor]
+    assert torch.ops.aten.isnan.default not in targets and torch.ops.aten.ne.Tensor in targets
+    assert len(adds) == 1 and _meta_dtype(adds[0].args[1]) == torch.bool  # n + b
+    for seed in range(3):
+        args = example(seed + 1)
+        for got, want in zip(gm(*args), f(*args)):
+            assert got.dtype == want.dtype and _same_bits(got, want)
+    if not hasattr(torch._C, "_jit_to_static_module"):
+        return
+    run = script(make_fx(f)(*example(0)), example(0))
+    report = run.benchmark_individual_ops(list(example(0)), {}, 1, 1)
+    assert {"aten::sub", "aten::ne"} <= set(report.out_nodes)
+    assert report.instances_per_node_type.get("aten::add") == 1  # the boolean one
+    plain = torch._C._jit_to_static_module(torch.jit.freeze(torch.jit.trace(make_fx(f)(*example(0)), example(0),
+                                                                              check_trace=False).eval())._c)
+    assert "aten::add" not in plain.benchmark_individual_ops(list(example(0)), {}, 1, 1).out_nodes
+
+
+def _meta_dtype(node):
+    return node.meta["val"].dtype
+
+
+def _same_bits(a, b) -> bool:
+    """Equal values, NaN where NaN."""
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])
 
 
 def _schools(y, sigma):  # a user's model: HalfCauchy's log-density writes -inf into a fresh tensor in place

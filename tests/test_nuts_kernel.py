@@ -384,6 +384,88 @@ def test_dense_mass_factor_of_an_ill_conditioned_estimate():
     assert torch.allclose(F, exact, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
 
 
+def _steps_with_evaluations():
+    """Steps that call the potential 0, 1 (a leapfrog step; its results returned as they are) and 2 times."""
+    def none(grad_and_value, z, r):
+        return z * r, r.sum(-1)
+
+    def leapfrog(grad_and_value, z, r):
+        r = r - 0.05 * z
+        g, u = grad_and_value(z + 0.1 * r)
+        return z + 0.1 * r, r - 0.05 * g, u
+
+    def bare(grad_and_value, z, r):
+        return grad_and_value(z)
+
+    def twice(grad_and_value, z, r):
+        g1, u1 = grad_and_value(z)
+        g2, u2 = grad_and_value(z - 0.1 * g1 + r)
+        return g1 + g2, u1 - u2
+
+    return [none, leapfrog, bare, twice]
+
+
+@pytest.mark.parametrize("step", _steps_with_evaluations(), ids=lambda step: step.__name__)
+def test_a_step_traced_with_the_potential_spliced_in_computes_what_it_does_calling_the_potential(step):
+    """The potential's graph is copied in at each call instead of traced again: the same operations as tracing
+    the step with the potential called, and the same values on points and data it was not traced with."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyro_bdl.inference.graph_folding import operations
+    from pyro_bdl.inference.potential import _traced_with
+
+    data = _constrained_data()
+    potential = FlatPotential(constrained_model, data, compile=False)
+    tensors = potential.data_tensors(data)
+    g = torch.Generator().manual_seed(0)
+    z, r = torch.randn(3, potential.dim, generator=g), torch.randn(3, potential.dim, generator=g)
+    potential.value_and_grad(z, tensors)
+    graph = potential._graph
+
+    def called(*args):
+        return step(lambda theta: graph(theta, *args[2:]), *args[:2])
+
+    spliced = _traced_with(step, graph, (z, r), tensors)
+    assert operations(spliced) == operations(make_fx(called)(z, r, *tensors))
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed + 1)
+        other = {**data, "y": data["y"] + torch.randn(data["y"].shape, generator=g)}
+        args = (torch.randn(3, potential.dim, generator=g), torch.randn(3, potential.dim, generator=g),
+                *potential.data_tensors(other))
+        got, want = spliced(*args), called(*args)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_trace_makes_its_nodes_metadata_in_one_fake_mode(monkeypatch):
+    """make_fx on real values makes a fake mode for each node's metadata (each recording the Python stack) unless
+    the tracing context holds one: _make_fx gives it one."""
+    from torch._subclasses import fake_tensor
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyro_bdl.inference.potential import _make_fx
+
+    made = []
+    init = fake_tensor.FakeTensorMode.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(fake_tensor.FakeTensorMode, "__init__", counting)
+
+    def f(x):
+        return ((x * 2.0).exp() - x).sum(-1)
+
+    x = torch.randn(3, 4)
+    make_fx(f)(x)
+    plain, made[:] = len(made), []
+    gm = _make_fx(f, x)
+    assert plain >= 4 and len(made) == 1
+    assert torch.equal(gm(x), f(x))
+
+
 @pytest.mark.slow
 def test_a_compiled_step_reads_data_given_later_as_a_non_contiguous_view_as_its_values():
     """The compiled steps leave out inductor's per-call stride checks (every input contiguous): a later fit on the

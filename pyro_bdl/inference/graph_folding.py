@@ -13,7 +13,8 @@ dtype.  Random and in-place operations are never folded.
 operand becomes a 0-dim tensor of the operand's dtype (a number is wrapped and cast at every call, which costs
 more than the operation), ``x ** 2`` becomes ``x * x``, the gradient of a flat vector read in slices becomes one
 ``cat`` instead of a zero tensor per slice added up, sums over size-1 dimensions and reshapes that give back their
-source go, and a repeated operation is computed once (benchmarks/RESULTS.md, "static runtime").
+source go, a repeated operation is computed once (benchmarks/RESULTS.md, "static runtime"), and additions and
+``isnan`` take the equivalent forms that the static runtime runs with reused output buffers.
 
 Example
 -------
@@ -325,6 +326,31 @@ def _drop_identity_views(graph: fx.Graph) -> None:
             source = source.args[0]
 
 
+def _buffered_forms(graph: fx.Graph) -> None:
+    """Operations the static runtime of torch 2.13 runs without a reused output buffer, as equivalents it runs
+    with one (benchmarks/RESULTS.md, "buffered forms"), bit for bit the same values:
+
+    - ``add(a, b, alpha=k)`` -> ``sub(a, b, alpha=-k)``: ATen's ``sub`` is its ``add`` kernel with alpha negated.
+      ``b`` may be a Python number; ``sub`` refuses booleans, so additions with a boolean stay;
+    - ``isnan(x)`` -> ``x != x``.
+    """
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is _aten.isnan.default and len(node.args) == 1 and not node.kwargs:
+            node.target, node.args = _aten.ne.Tensor, (node.args[0], node.args[0])
+            continue
+        if node.target is not _aten.add.Tensor or len(node.args) != 2:
+            continue
+        a, b = _meta(node.args[0]), node.args[1]
+        b = _meta(b) if isinstance(b, fx.Node) else (b if type(b) in (int, float) else None)
+        alpha = node.kwargs.get("alpha", 1)
+        if a is None or b is None or torch.bool in (a.dtype, getattr(b, "dtype", None)) \
+                or type(alpha) not in (int, float):
+            continue
+        node.target, node.kwargs = _aten.sub.Tensor, {"alpha": -alpha}
+
+
 def _slice_sums_as_cat(gm: fx.GraphModule) -> None:
     """The gradient of a flat vector read in slices, ``slice_backward(g1, ...) + slice_backward(g2, ...) + ...``
     (each a zero tensor with one slice filled), -> ``cat([g1, g2, ...])``, zeros where no slice covers."""
@@ -387,7 +413,8 @@ def _common_subexpressions(graph: fx.Graph) -> None:
 def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with cheaper operations for the same values (in place; returned): Python numbers as tensors,
     sums over size-1 dimensions and reshapes that change nothing removed, a flat vector's slice gradients
-    concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime")."""
+    concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime"), additions and
+    ``isnan`` in the forms the static runtime runs with reused buffers (:func:`_buffered_forms`)."""
     pure = _out_of_place(gm)
     fold_constants(gm)  # what writing out of place made constant (a full_like)
     _scalars_as_tensors(gm)
@@ -396,6 +423,7 @@ def simplify(gm: fx.GraphModule) -> fx.GraphModule:
         _singleton_sums_as_views(gm.graph)
         _drop_identity_views(gm.graph)
         _common_subexpressions(gm.graph)
+    _buffered_forms(gm.graph)
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()

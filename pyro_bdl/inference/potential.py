@@ -196,8 +196,6 @@ class FlatPotential:
 
     # --- building the batched function, simplest fallback last ----------------------------------
     def _build(self, theta, tensors):
-        from torch.fx.experimental.proxy_tensor import make_fx
-
         vmapped = torch.func.vmap(torch.func.grad_and_value(self._potential), in_dims=(0,) + (None,) * len(tensors))
         try:
             reference = vmapped(theta, *tensors)
@@ -212,7 +210,7 @@ class FlatPotential:
             self._batched = loop
             return
         try:
-            graph = make_fx(vmapped)(theta, *tensors)
+            graph = _make_fx(vmapped, theta, *tensors)
             graph.graph.eliminate_dead_code()
             graph.recompile()
             _check_same(graph(theta, *tensors), reference)
@@ -260,7 +258,7 @@ class FlatPotential:
         example, tensors = tuple(t.clone() for t in example), tuple(t.clone() for t in tensors)
         try:
             reference = inlined(*example, *tensors)
-            fused = _fix_inputs(self._trace(step, inlined, example, tensors), fixed)
+            fused = _fix_inputs(self._trace(step, example, tensors), fixed)
             if compile:  # inductor on the traced graph directly: no dynamo guards to check at every call
                 runner = _inductor(fused, (*example, *tensors), contiguous)
             else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/RESULTS.md)
@@ -272,23 +270,101 @@ class FlatPotential:
                           f"{type(error).__name__}: {str(error)[:300]}", PotentialCompileWarning, stacklevel=4)
             return unfused
 
-    def _trace(self, step, inlined, example, tensors) -> torch.fx.GraphModule:
-        """``inlined`` traced on ``example`` and ``tensors`` (a copy: what runs it changes it), the trace kept
-        for forms of the same step that fix other arguments."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-
+    def _trace(self, step, example, tensors) -> torch.fx.GraphModule:
+        """``step`` with this potential's graph spliced in (:func:`_traced_with`) on ``example`` and ``tensors``
+        (a copy: what runs it changes it), the trace kept for forms of the same step that fix other arguments."""
         key = (step, tuple((tuple(t.shape), t.dtype) for t in (*example, *tensors)))
         if key not in self._traces:
-            traced = make_fx(inlined)(*example, *tensors)
-            traced.graph.eliminate_dead_code()
-            traced.recompile()
-            self._traces[key] = traced
+            self._traces[key] = _traced_with(step, self._graph, example, tensors)
         return copy.deepcopy(self._traces[key])
 
     def _fallback(self, mode, reason):
         self._mode = mode
         warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
                       stacklevel=4)
+
+
+def _make_fx(function, *args) -> torch.fx.GraphModule:
+    """``make_fx(function)(*args)``, traced on the real values, with the nodes' metadata made in one fake mode:
+    without a mode in the tracing context, ``make_fx`` makes a new one for every node, each recording the Python
+    stack, a third of the time of a step's trace (benchmarks/RESULTS.md, "tracing")."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        return make_fx(function)(*args)
+
+
+def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors: tuple) -> torch.fx.GraphModule:
+    """``step(grad_and_value, *example)`` as one graph of ``(*example, *tensors)`` in which every call of
+    ``grad_and_value`` is a copy of ``potential``'s nodes (a graph of ``(theta, *tensors) -> (grad, value)``).
+
+    The step is traced with the results of its potential calls as stand-in inputs and the points it evaluates
+    at as extra outputs; the potential's nodes are then copied in where the stand-ins are first used, instead
+    of tracing its hundred-odd operations again through ``make_fx`` (the larger part of a leaf's trace)."""
+    n = len(example)
+    points = []
+
+    def probe(theta):
+        points.append(theta)
+        return potential(theta, *tensors)
+
+    single = not isinstance(step(probe, *example), tuple)
+    stand_ins = tuple(t.clone() for theta in points for t in potential(theta, *tensors))
+
+    def with_stand_ins(*args):
+        results, called = iter(zip(args[n::2], args[n + 1::2])), []
+
+        def grad_and_value(theta):
+            called.append(theta)
+            return next(results)
+
+        out = step(grad_and_value, *args[:n])
+        return ((out,) if single else tuple(out)) + tuple(called)
+
+    traced = _make_fx(with_stand_ins, *example, *stand_ins)
+    graph = traced.graph
+    inputs = [node for node in graph.nodes if node.op == "placeholder"]
+    output = next(node for node in graph.nodes if node.op == "output")
+    called = output.args[0][len(output.args[0]) - len(points):]
+    source_inputs = [node for node in potential.graph.nodes if node.op == "placeholder"]
+    with graph.inserting_before(inputs[-1].next):  # after the step's inputs, in order
+        data = []
+        for i, node in enumerate(source_inputs[1:]):
+            data.append(graph.placeholder(f"data_{i}"))
+            data[-1].meta = dict(node.meta)
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    for j, theta in enumerate(called):
+        pair = inputs[n + 2 * j:n + 2 * j + 2]
+        users = [user for node in pair for user in node.users]
+        anchor = min(users, key=order.__getitem__) if users else output
+        if order.get(theta, -1) >= order[anchor]:
+            raise RuntimeError("the step uses the potential's results before the point they are evaluated at")
+        env = {source_inputs[0]: theta, **dict(zip(source_inputs[1:], data))}
+        with graph.inserting_before(anchor):
+            for node in potential.graph.nodes:
+                if node.op == "placeholder":
+                    continue
+                if node.op == "output":
+                    for stand_in, result in zip(pair, node.args[0]):
+                        stand_in.replace_all_uses_with(env[result])
+                    continue
+                if node.op == "get_attr":
+                    name = f"_potential{j}{node.target}"
+                    traced.register_buffer(name, functools.reduce(getattr, node.target.split("."), potential))
+                    env[node] = graph.get_attr(name)
+                    env[node].meta = dict(node.meta)
+                else:
+                    env[node] = graph.node_copy(node, env.__getitem__)
+    outs = output.args[0][:len(output.args[0]) - len(points)]  # read again: stand-ins among them were replaced
+    output.args = (outs[0] if single else tuple(outs),)
+    for node in inputs[n:]:
+        graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph.lint()
+    traced.recompile()
+    return traced
 
 
 def _fix_inputs(graph: torch.fx.GraphModule, fixed: dict) -> torch.fx.GraphModule:
