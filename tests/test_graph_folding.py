@@ -191,6 +191,21 @@ def test_reshapes_that_change_nothing_go_and_an_outputs_strides_are_kept():
     _agree(gm, column, torch.randn(3, 4))
 
 
+def test_a_viewed_masked_fill_becomes_a_where_only_where_its_operands_give_its_layout():
+    """A masked fill whose result is viewed (HalfCauchy's log-density, unsqueezed) becomes a where when its input
+    and mask are contiguous and of its shape; with a mask that broadcasts, or a transposed input, it stays."""
+    def fill(x, mask):
+        return x.masked_fill(mask, -math.inf).unsqueeze(-1) * 2.0
+
+    x = torch.randn(4, 3)
+    cases = [((x, x < 0), True), ((x, (x < 0)[:1]), False), ((x.T.contiguous().T, x < 0), False)]
+    for args, becomes_where in cases:
+        gm = simplify(make_fx(fill)(*args))
+        assert (torch.ops.aten.where.self in _targets(gm)) == becomes_where
+        out = gm(*args)
+        assert out.stride() == fill(*args).stride() and torch.equal(out, fill(*args))
+
+
 def test_additions_and_isnan_take_the_forms_the_static_runtime_buffers_with_the_same_bits():
     """add -> sub of the negated alpha and isnan(x) -> x != x: the same values bit for bit (NaN and infinities
     included), run by the static runtime with reused output buffers, where add and isnan are not (torch 2.13);

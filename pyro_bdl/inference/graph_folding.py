@@ -133,6 +133,14 @@ def _identity_operand(node: fx.Node, known: dict):
 def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with its constant operations evaluated once and its identities removed (in place; returned).
     The inputs (placeholders) and outputs keep their order; where nothing folds the graph is unchanged."""
+    _fold(gm)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _fold(gm: fx.GraphModule) -> None:
+    """:func:`fold_constants` on the graph, without generating ``gm``'s code again (a tenth of a second a step)."""
     known: dict = {}
     graph = gm.graph
     for node in list(graph.nodes):
@@ -158,9 +166,6 @@ def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
         node.replace_all_uses_with(constant)
         known[constant] = value
     graph.eliminate_dead_code()
-    graph.lint()
-    gm.recompile()
-    return gm
 
 
 # --- simplification: fewer and cheaper operations, same values -------------------------------------------------
@@ -200,7 +205,8 @@ def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
 def _scalars_as_tensors(gm: fx.GraphModule) -> None:
     """``x * 0.5`` -> ``x * c`` with ``c`` a 0-dim tensor of x's dtype, likewise +, -, /, comparisons, clamps and
     masked fills: a Python number is wrapped and cast at every call (benchmarks/RESULTS.md, "static runtime");
-    ``x ** 2`` -> ``x * x``; a masked fill -> ``where`` (where no view, write or output depends on its strides)."""
+    ``x ** 2`` -> ``x * x``; a masked fill -> ``where`` (where no view, write or output depends on its strides, or
+    every operand is contiguous and of its shape)."""
     for node in list(gm.graph.nodes):
         out = _meta(node)
         if node.op != "call_function" or out is None:
@@ -235,9 +241,17 @@ def _scalars_as_tensors(gm: fx.GraphModule) -> None:
             node.target, node.args = _aten.masked_fill.Tensor, (args[0], args[1],
                                                                 _constant(gm, float(args[2]), out.dtype))
             t, args = node.target, list(node.args)
-        if t is _aten.masked_fill.Tensor and not _strided(node) and _meta(args[0]) is not None \
-                and _meta(args[2]) is not None and _meta(args[2]).dtype == _meta(args[0]).dtype == out.dtype:
+        if t is _aten.masked_fill.Tensor and _meta(args[0]) is not None and _meta(args[2]) is not None \
+                and _meta(args[2]).dtype == _meta(args[0]).dtype == out.dtype \
+                and (not _strided(node) or _contiguous_like(out, args[0], args[1])):
             node.target, node.args = _aten.where.self, (args[1], args[2], args[0])  # cheaper: RESULTS, "a draw's start"
+
+
+def _contiguous_like(out, *nodes) -> bool:
+    """Whether ``out`` and every one of ``nodes`` is contiguous and of ``out``'s shape: an elementwise operation
+    on them gives ``out``'s strides whatever it is, so a view of its result sees the same layout."""
+    metas = [_meta(node) for node in nodes]
+    return out.is_contiguous() and all(m is not None and m.shape == out.shape and m.is_contiguous() for m in metas)
 
 
 def _aliases(target) -> bool:
@@ -416,7 +430,7 @@ def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime"), additions and
     ``isnan`` in the forms the static runtime runs with reused buffers (:func:`_buffered_forms`)."""
     pure = _out_of_place(gm)
-    fold_constants(gm)  # what writing out of place made constant (a full_like)
+    _fold(gm)  # what writing out of place made constant (a full_like)
     _scalars_as_tensors(gm)
     _slice_sums_as_cat(gm)
     if pure:  # with no writes into tensors, values alone decide what may be shared

@@ -184,7 +184,7 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     prop_z, prop_u, prop_g = _where(move, pz, prop_z), torch.where(move, pu, prop_u), _where(move, pg, prop_g)
     log_w = torch.where(active, torch.logaddexp(log_w, s_log_w), log_w)
     r_sum = r_sum + _where(active, s_r_sum, torch.zeros_like(s_r_sum))
-    depth = depth + active.long()
+    depth = torch.where(active, depth + 1, depth)  # (not depth + active.long(): a cast costs more than a where)
     diverging = diverging | (active & s_diverging)
     turning = s_turning | _is_turning(inverse_mass, left_r, right_r, r_sum)
     active = active & ~turning & ~s_diverging
