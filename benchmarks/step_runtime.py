@@ -5,16 +5,21 @@ fixed forms) timed three ways in one process, on several models:
 
 * ``torchscript``: the constant-folded graph traced to TorchScript (the traced path before the static runtime);
 * ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
-* ``+ static runtime``: that graph run by PyTorch's static runtime (``scripted.script``, the default).
+* ``+ static runtime``: that graph run by PyTorch's static runtime, with additions and ``isnan`` as they were
+  traced (``scripted.script`` without ``graph_folding._buffered_forms``);
+* ``+ buffered forms``: the same with additions as subtractions and ``isnan`` as ``x != x`` (``scripted.script``,
+  the default), which the static runtime runs with reused output buffers.
 
 First, why numbers are rewritten: a chain of 50 operations on a (4, 10) tensor with a Python-number operand
 (``x * 0.5``, ``x <= 0.0``) against the same with a 0-dim tensor operand, microseconds an operation in TorchScript
 and in the static runtime.  Then, per model and step: operations in the graph, microseconds a call (median of
-rounds of calls, the three ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a
-way's outputs differ from ``torchscript``'s on the example.  Nothing is asserted; results: benchmarks/RESULTS.md,
-"static runtime".
+rounds of calls, the ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a
+way's outputs differ from ``torchscript``'s on the example.  Last, what building the steps costs: per model and
+step, seconds to trace it with the potential (``make_fx`` of the step calling the potential's graph, as before,
+against ``potential._traced_with``: the potential's graph spliced in, the nodes' metadata made in one fake mode),
+alternating rounds.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
 
-Example: ``python benchmarks/step_runtime.py`` (about a minute), ``--quick`` (the smoke test).
+Example: ``python benchmarks/step_runtime.py`` (a few minutes), ``--quick`` (the smoke test).
 """
 
 from __future__ import annotations
@@ -56,11 +61,13 @@ def _steps(model, data, chains):
 
     names = {nuts_kernel._nuts_leaf: "leaf", nuts_kernel._merge_subtree: "merge"}
     fixed_names = {nuts_kernel._nuts_leaf: "leaf, all building", nuts_kernel._merge_subtree: "merge, all active"}
-    captured, fusing = {}, []
+    captured, fusing, calls = {}, [], {}
     original_script, original_fuse = potential_module.script, potential_module.FlatPotential._fuse
 
     def fuse(self, step, example, tensors, compile, fixed):
         fusing.append(fixed_names.get(step) if fixed else names.get(step))
+        if step in names:  # both forms of a step share one trace
+            calls.setdefault(names[step], (step, example, tensors, self))
         try:
             return original_fuse(self, step, example, tensors, compile, fixed)
         finally:
@@ -77,7 +84,7 @@ def _steps(model, data, chains):
         nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
     finally:
         potential_module.script, potential_module.FlatPotential._fuse = original_script, original_fuse
-    return dict(sorted(captured.items()))  # one chain: no masked leaf
+    return dict(sorted(captured.items())), calls  # one chain: no masked leaf
 
 
 def _ways(gm, example) -> dict:
@@ -92,9 +99,43 @@ def _ways(gm, example) -> dict:
 
     folded = graph_folding.fold_constants(copy.deepcopy(gm))
     simplified = graph_folding.simplify(graph_folding.fold_constants(copy.deepcopy(gm)))
+    buffered = graph_folding._buffered_forms
+    graph_folding._buffered_forms = lambda graph: None
+    try:
+        unbuffered = scripted.script(copy.deepcopy(gm), example)
+    finally:
+        graph_folding._buffered_forms = buffered
     return {"torchscript": (traced(folded), graph_folding.operations(folded)),
             "+ simplify": (traced(simplified), graph_folding.operations(simplified)),
-            "+ static runtime": (scripted.script(copy.deepcopy(gm), example), graph_folding.operations(simplified))}
+            "+ static runtime": (unbuffered, graph_folding.operations(simplified)),
+            "+ buffered forms": (scripted.script(copy.deepcopy(gm), example), graph_folding.operations(simplified))}
+
+
+def trace_seconds(calls: dict, rounds: int) -> None:
+    """Seconds to trace each step with the potential: retraced through ``make_fx`` (the step calling the
+    potential's graph) against spliced (``potential._traced_with``), alternating rounds."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyro_bdl.inference.potential import _traced_with
+
+    for name, (step, example, tensors, potential) in calls.items():
+        graph, n = potential._graph, len(example)
+
+        def retraced():
+            return make_fx(lambda *args: step(lambda theta: graph(theta, *args[n:]), *args[:n]))(*example, *tensors)
+
+        def spliced():
+            return _traced_with(step, graph, example, tensors)
+
+        seconds = {"make_fx": [], "spliced": []}
+        for _ in range(rounds):
+            for way, trace in (("make_fx", retraced), ("spliced", spliced)):
+                start = time.perf_counter()
+                trace()
+                seconds[way].append(time.perf_counter() - start)
+        s = {way: statistics.median(t) for way, t in seconds.items()}
+        print(f"  {name:6s} traced through make_fx {s['make_fx']:.3f} s, spliced {s['spliced']:.3f} s")
+        print(f"ratio spliced/make_fx [{name}] = {s['spliced'] / s['make_fx']:.2f}")
 
 
 def operand_costs(calls: int, rounds: int) -> None:
@@ -145,10 +186,13 @@ def main(argv=None):
     calls, rounds = (20, 2) if args.quick else (300, args.rounds)
     operand_costs(calls * 10, rounds)
     print(f"torch {torch.__version__}, threads {args.threads}; us per call: median of {rounds} rounds of {calls} "
-          f"calls, the three ways alternating")
-    print(f"{'model':32s} {'step':18s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime")))
+          f"calls, the ways alternating")
+    print(f"{'model':32s} {'step':18s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime",
+                                                                         "+ buffered forms")))
+    traces = {}
     for name, (model, data, chains) in models(args.quick).items():
-        for step, (gm, example) in _steps(model, data, chains).items():
+        steps, traces[name] = _steps(model, data, chains)
+        for step, (gm, example) in steps.items():
             ways = _ways(gm, example)
             want = ways["torchscript"][0](*example)
             for way, (run, _) in ways.items():  # the same outputs every way, or the timing means nothing
@@ -165,6 +209,12 @@ def main(argv=None):
             print(f"{name:32s} {step:18s} " + "".join(f"{ways[w][1]:6d} ops {us[w]:8.1f} us   " for w in ways))
             for way in list(ways)[1:]:
                 print(f"ratio {way}/torchscript [{name}, {step}] = {us[way] / us['torchscript']:.2f}")
+            print(f"ratio + buffered forms/+ static runtime [{name}, {step}] = "
+                  f"{us['+ buffered forms'] / us['+ static runtime']:.2f}")
+    print(f"building the steps: seconds to trace each with the potential, median of {rounds} alternating rounds")
+    for name, calls_of_model in traces.items():
+        print(name)
+        trace_seconds(calls_of_model, rounds)
 
 
 if __name__ == "__main__":

@@ -186,12 +186,16 @@ def test_compile_threshold_replays_auto_on_saved_steps(tmp_path):
     assert "compiles at never" in again.split("--- threshold 1000000")[1]
 
 
-def test_step_runtime_quick_run_times_three_ways_that_agree(tmp_path):
-    """benchmarks/step_runtime.py on small data: the operand costs, and every model's leaf and merge (with some
-    chains building or active; with all: the only forms one chain needs) timed three ways with the same outputs."""
+def test_step_runtime_quick_run_times_the_ways_that_agree_and_the_traces(tmp_path):
+    """benchmarks/step_runtime.py on small data: the operand costs, every model's leaf and merge (with some
+    chains building or active; with all: the only forms one chain needs) timed four ways with the same outputs,
+    and the two ways of tracing the leaf and merge."""
     out = run_script("benchmarks/step_runtime.py", "--quick", cwd=tmp_path)
     for step in ("leaf", "leaf, all building", "merge", "merge, all active"):
         assert f"ratio + static runtime/torchscript [eight schools, 4 chains, {step}] = " in out, out
+        assert f"ratio + buffered forms/+ static runtime [eight schools, 4 chains, {step}] = " in out, out
+    for step in ("leaf", "merge"):
+        assert f"ratio spliced/make_fx [{step}] = " in out, out
     assert "ratio + simplify/torchscript [bnn 10-20-1 n=50, 1 chain, leaf, all building] = " in out, out
     assert "ratio number/tensor operand [x * 0.5, static runtime] = " in out, out
     assert "MISMATCH" not in out, out
