@@ -111,7 +111,7 @@ def _ways(gm, example) -> dict:
             "+ buffered forms": (scripted.script(copy.deepcopy(gm), example), graph_folding.operations(simplified))}
 
 
-def trace_seconds(calls: dict, rounds: int) -> None:
+def trace_seconds(model: str, calls: dict, rounds: int) -> None:
     """Seconds to trace each step with the potential: retraced through ``make_fx`` (the step calling the
     potential's graph) against spliced (``potential._traced_with``), alternating rounds."""
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -135,7 +135,7 @@ def trace_seconds(calls: dict, rounds: int) -> None:
                 seconds[way].append(time.perf_counter() - start)
         s = {way: statistics.median(t) for way, t in seconds.items()}
         print(f"  {name:6s} traced through make_fx {s['make_fx']:.3f} s, spliced {s['spliced']:.3f} s")
-        print(f"ratio spliced/make_fx [{name}] = {s['spliced'] / s['make_fx']:.2f}")
+        print(f"ratio spliced/make_fx [{model}, {name}] = {s['spliced'] / s['make_fx']:.2f}")
 
 
 def operand_costs(calls: int, rounds: int) -> None:
@@ -214,7 +214,7 @@ def main(argv=None):
     print(f"building the steps: seconds to trace each with the potential, median of {rounds} alternating rounds")
     for name, calls_of_model in traces.items():
         print(name)
-        trace_seconds(calls_of_model, rounds)
+        trace_seconds(name, calls_of_model, rounds)
 
 
 if __name__ == "__main__":
