@@ -55,6 +55,8 @@ def _prepare(model, data, target, options) -> _Prepared:
         if data is None:
             data = spec.default_data
         dataset = load(data, target) if isinstance(data, str) else data
+        if isinstance(dataset, dict):
+            dataset = _arguments_as_dataset(spec, dataset)
         if not isinstance(dataset, Dataset):
             kwargs = as_model_kwargs(dataset)
             return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
@@ -85,6 +87,30 @@ def _prepare(model, data, target, options) -> _Prepared:
     return _Prepared(None, model, as_model_kwargs(data), data if isinstance(data, Dataset) else None)
 
 
+def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
+    """A zoo model's data given as its keyword arguments (``{"X": X, "y": y}``: the names ``pyro-bdl describe``
+    gives) as a :class:`Dataset`, so that it is checked, standardised and decides options (the number of classes)
+    as a data set is."""
+    names = {"features": spec.features, "target": spec.target}
+    wanted = {name for name in names.values() if name is not None}
+    given = set(data) - ({spec.size} if spec.size is not None else set())
+    if given != wanted:
+        raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "
+                         f"{sorted(data)}; or pass a Dataset, a CSV path or an embedded data set's name")
+    target = None if spec.target is None else torch.as_tensor(data[spec.target])
+    if spec.features is None:
+        X = torch.zeros(len(target), 0)
+    else:
+        X = torch.as_tensor(data[spec.features])
+        X = X if X.is_floating_point() else X.float()
+        if X.dim() != 2:
+            raise DataError(f"argument '{spec.features}' must be (rows, features), got shape {tuple(X.shape)}")
+    if target is not None and (target.dim() != 1 or len(target) != len(X)):
+        raise DataError(f"argument '{spec.target}' must be one value per row of '{spec.features}' ({len(X)}), got "
+                        f"shape {tuple(target.shape)}")
+    return Dataset("data", X, target, [f"x{j}" for j in range(X.shape[1])], spec.target)
+
+
 def fit(
     model: str | Callable,
     data=None,
@@ -103,8 +129,9 @@ def fit(
     Parameters
     ----------
     model : a zoo model name (``pyro-bdl list``) or any Pyro model callable.
-    data : for a zoo model, an embedded data set name, a CSV path (with ``target``) or a
-        :class:`~pyro_bdl.data.Dataset` (default: the model's embedded data set); for your own
+    data : for a zoo model, an embedded data set name, a CSV path (with ``target``), a
+        :class:`~pyro_bdl.data.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
+        checked and standardised as a data set) (default: the model's embedded data set); for your own
         model, a dict of the keyword arguments it is called with (observed values included).
     inference : ``svi``, ``svi-meanfield``, ``bbvi``, ``nuts``, ``hmc``, ``metropolis``,
         ``importance``, ``map`` or ``mle``.

@@ -277,3 +277,34 @@ def test_a_damaged_checkpoint_is_refused_naming_it(tmp_path, capsys):
     (out / "checkpoint.pt").write_bytes(b"\x00garbage")
     assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), *MAP]) == 2
     assert f"{out / 'checkpoint.pt'}: not a readable checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 50-step fits: what data they saw is tested
+def test_a_zoo_models_data_as_a_dict_is_a_data_set_checked_standardised_and_deciding_options():
+    """{"X": X, "y": y} for a zoo model fits as the same data as a Dataset: the number of classes inferred from
+    the labels, standardised inputs (the same fit), labels checked; wrong names and shapes refused by name."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    X = 5.0 + 3.0 * torch.randn(40, 2, generator=g)
+    y = (X[:, 0] > 5.0).long() + (X[:, 1] > 5.0).long()  # three classes
+    settings = {"inference": "map", "options": {"hidden": [4]}, "steps": 50, "progress": False, "seed": 1}
+    as_dict = pyro_bdl.fit("bnn-classifier", {"X": X, "y": y}, **settings)
+    as_dataset = pyro_bdl.fit("bnn-classifier", pyro_bdl.Dataset("data", X, y, ["x0", "x1"], "y"), **settings)
+    probs = as_dict.predict({"X": X[:3]})
+    assert probs.shape[0] == 3
+    for site in as_dataset.samples:
+        assert torch.equal(as_dict.draws(site), as_dataset.draws(site))
+    with pytest.raises(DataError, match="label"):
+        pyro_bdl.fit("bnn-classifier", {"X": X, "y": y - 1}, **settings)
+    with pytest.raises(ValueError, match=r"takes its data as \['X', 'y'\].*\['X', 'target'\]"):
+        pyro_bdl.fit("blr", {"X": X, "target": y.float()}, inference="map", progress=False)
+    with pytest.raises(DataError, match="'X' must be \\(rows, features\\)"):
+        pyro_bdl.fit("blr", {"X": X[:, 0], "y": y.float()}, inference="map", progress=False)
+    with pytest.raises(DataError, match="'y' must be one value per row"):
+        pyro_bdl.fit("blr", {"X": X, "y": y[:10].float()}, inference="map", progress=False)
+    flips = torch.tensor([1.0, 0.0, 1.0, 1.0])  # a model with no features: the dict is its target alone
+    coin = pyro_bdl.fit("coin", {"y": flips}, inference="map", progress=False, steps=200)
+    same = pyro_bdl.fit("coin", pyro_bdl.Dataset("flips", torch.zeros(4, 0), flips, [], "y"), inference="map",
+                        progress=False, steps=200)
+    assert torch.equal(coin.draws("pi"), same.draws("pi"))
