@@ -1,7 +1,7 @@
 """How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``nuts_kernel._nuts_leaf``,
 ``_merge_subtree`` with the model's potential inlined; each in both its forms: "leaf" with some chains building
 and "leaf, all building" with its mask fixed, "merge" and "merge, all active" likewise; one chain runs only the
-fixed forms) timed three ways in one process, on several models:
+fixed forms) timed four ways in one process, on several models:
 
 * ``torchscript``: the constant-folded graph traced to TorchScript (the traced path before the static runtime);
 * ``+ simplify``: the same after ``graph_folding.simplify`` (numbers as tensors, slice gradients as one cat, ...);
@@ -187,8 +187,8 @@ def main(argv=None):
     operand_costs(calls * 10, rounds)
     print(f"torch {torch.__version__}, threads {args.threads}; us per call: median of {rounds} rounds of {calls} "
           f"calls, the ways alternating")
-    print(f"{'model':32s} {'step':18s} " + "".join(f"{w:>26s}" for w in ("torchscript", "+ simplify", "+ static runtime",
-                                                                         "+ buffered forms")))
+    columns = ("torchscript", "+ simplify", "+ static runtime", "+ buffered forms")
+    print(f"{'model':32s} {'step':18s} " + "".join(f"{w:>26s}" for w in columns))
     traces = {}
     for name, (model, data, chains) in models(args.quick).items():
         steps, traces[name] = _steps(model, data, chains)

@@ -342,7 +342,7 @@ def _drop_identity_views(graph: fx.Graph) -> None:
 
 def _buffered_forms(graph: fx.Graph) -> None:
     """Operations the static runtime of torch 2.13 runs without a reused output buffer, as equivalents it runs
-    with one (benchmarks/RESULTS.md, "buffered forms"), bit for bit the same values:
+    with one (benchmarks/RESULTS.md, "a third of the time"), bit for bit the same values:
 
     - ``add(a, b, alpha=k)`` -> ``sub(a, b, alpha=-k)``: ATen's ``sub`` is its ``add`` kernel with alpha negated.
       ``b`` may be a Python number; ``sub`` refuses booleans, so additions with a boolean stay;

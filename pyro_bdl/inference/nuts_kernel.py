@@ -138,7 +138,7 @@ def _nuts_leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts
     dh = _energy_error(inverse_mass, u, r, h0)
     b = building
     zc, rc, gc = _where(b, z, zc), _where(b, r, rc), _where(b, g, gc)
-    n_steps = torch.where(b, n_steps + 1, n_steps)  # (not n_steps + b: a long plus a bool costs 3-5x more)
+    n_steps = torch.where(b, n_steps + 1, n_steps)  # not n_steps + b: slower traced (RESULTS.md, "a third of the time")
     sum_accept = sum_accept + torch.where(b, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
     # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
     new_log_w = torch.logaddexp(s_log_w, -dh)
@@ -184,7 +184,7 @@ def _merge_subtree(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_c
     prop_z, prop_u, prop_g = _where(move, pz, prop_z), torch.where(move, pu, prop_u), _where(move, pg, prop_g)
     log_w = torch.where(active, torch.logaddexp(log_w, s_log_w), log_w)
     r_sum = r_sum + _where(active, s_r_sum, torch.zeros_like(s_r_sum))
-    depth = torch.where(active, depth + 1, depth)  # (not depth + active.long(): a cast costs more than a where)
+    depth = torch.where(active, depth + 1, depth)  # not depth + active.long(): likewise
     diverging = diverging | (active & s_diverging)
     turning = s_turning | _is_turning(inverse_mass, left_r, right_r, r_sum)
     active = active & ~turning & ~s_diverging

@@ -22,7 +22,8 @@ one warning naming the failure: the traced graph without compiling, then eager `
 over chains.
 
 :meth:`FlatPotential.fuse` traces a sampler's step together with this graph (one function: the
-leapfrog step and the sampler's bookkeeping with the potential inlined), run traced (the static runtime) or
+leapfrog step and the sampler's bookkeeping with the potential's graph spliced in where the step calls it, not
+traced again), run traced (the static runtime) or
 compiled by inductor directly on the traced graph (no dynamo guards at each call, no stride checks where every
 input is contiguous, and found again in inductor's on-disk cache by a later process); it is kept on the potential.
 
@@ -287,7 +288,7 @@ class FlatPotential:
 def _make_fx(function, *args) -> torch.fx.GraphModule:
     """``make_fx(function)(*args)``, traced on the real values, with the nodes' metadata made in one fake mode:
     without a mode in the tracing context, ``make_fx`` makes a new one for every node, each recording the Python
-    stack, a third of the time of a step's trace (benchmarks/RESULTS.md, "tracing")."""
+    stack, a third of the time of a step's trace (benchmarks/RESULTS.md, "a third of the time")."""
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -301,8 +302,9 @@ def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors:
     ``grad_and_value`` is a copy of ``potential``'s nodes (a graph of ``(theta, *tensors) -> (grad, value)``).
 
     The step is traced with the results of its potential calls as stand-in inputs and the points it evaluates
-    at as extra outputs; the potential's nodes are then copied in where the stand-ins are first used, instead
-    of tracing its hundred-odd operations again through ``make_fx`` (the larger part of a leaf's trace)."""
+    at as extra outputs; the potential's nodes are then copied in right after each point (they read nothing
+    else of the step, and the step reads the results only after the point), instead of tracing its hundred-odd
+    operations again through ``make_fx`` (the larger part of a leaf's trace)."""
     n = len(example)
     points = []
 
@@ -327,22 +329,19 @@ def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors:
     graph = traced.graph
     inputs = [node for node in graph.nodes if node.op == "placeholder"]
     output = next(node for node in graph.nodes if node.op == "output")
-    called = output.args[0][len(output.args[0]) - len(points):]
     source_inputs = [node for node in potential.graph.nodes if node.op == "placeholder"]
     with graph.inserting_before(inputs[-1].next):  # after the step's inputs, in order
         data = []
         for i, node in enumerate(source_inputs[1:]):
             data.append(graph.placeholder(f"data_{i}"))
             data[-1].meta = dict(node.meta)
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    for j, theta in enumerate(called):
+    last_input = data[-1] if data else inputs[-1]
+    for j in range(len(points)):
+        results = output.args[0]
+        theta = results[len(results) - len(points) + j]  # read again: it may be an earlier call's result
         pair = inputs[n + 2 * j:n + 2 * j + 2]
-        users = [user for node in pair for user in node.users]
-        anchor = min(users, key=order.__getitem__) if users else output
-        if order.get(theta, -1) >= order[anchor]:
-            raise RuntimeError("the step uses the potential's results before the point they are evaluated at")
         env = {source_inputs[0]: theta, **dict(zip(source_inputs[1:], data))}
-        with graph.inserting_before(anchor):
+        with graph.inserting_before((last_input if theta.op == "placeholder" else theta).next):
             for node in potential.graph.nodes:
                 if node.op == "placeholder":
                     continue
