@@ -98,8 +98,8 @@ def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
         raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "
                          f"{sorted(data)}; or pass a Dataset, a CSV path or an embedded data set's name")
     target = None if spec.target is None else torch.as_tensor(data[spec.target])
-    if spec.features is None:
-        X = torch.zeros(len(target), 0)
+    if spec.features is None:  # the coin: its flips are its data
+        X = torch.zeros(0 if target is None else len(target), 0)
     else:
         X = torch.as_tensor(data[spec.features])
         X = X if X.is_floating_point() else X.float()
