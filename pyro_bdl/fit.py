@@ -91,8 +91,7 @@ def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
     """A zoo model's data given as its keyword arguments (``{"X": X, "y": y}``: the names ``pyro-bdl describe``
     gives) as a :class:`Dataset`, so that it is checked, standardised and decides options (the number of classes)
     as a data set is."""
-    names = {"features": spec.features, "target": spec.target}
-    wanted = {name for name in names.values() if name is not None}
+    wanted = {spec.features, spec.target} - {None}
     given = set(data) - ({spec.size} if spec.size is not None else set())
     if given != wanted:
         raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "

@@ -140,7 +140,7 @@ def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _fold(gm: fx.GraphModule) -> None:
-    """:func:`fold_constants` on the graph, without generating ``gm``'s code again (a tenth of a second a step)."""
+    """:func:`fold_constants` on the graph, without generating ``gm``'s code (``simplify`` generates it once)."""
     known: dict = {}
     graph = gm.graph
     for node in list(graph.nodes):

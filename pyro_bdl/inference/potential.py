@@ -50,6 +50,7 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import warnings
@@ -285,15 +286,28 @@ class FlatPotential:
                       stacklevel=4)
 
 
+def _fake_mode_context(shape_env: bool):
+    """A tracing context holding one fake mode (with a shape environment, as ``torch.compile`` gives inductor, or
+    without), for :func:`_make_fx` and :func:`_cached_compile`; a null context on a torch without these APIs (the
+    work is then slower, not wrong)."""
+    try:
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        mode = FakeTensorMode(shape_env=ShapeEnv()) if shape_env else FakeTensorMode(allow_fallback_kernels=True)
+        return tracing(TracingContext(mode))
+    except (ImportError, TypeError):
+        return contextlib.nullcontext()
+
+
 def _make_fx(function, *args) -> torch.fx.GraphModule:
     """``make_fx(function)(*args)``, traced on the real values, with the nodes' metadata made in one fake mode:
     without a mode in the tracing context, ``make_fx`` makes a new one for every node, each recording the Python
-    stack, a third of the time of a step's trace (benchmarks/RESULTS.md, "a third of the time")."""
-    from torch._guards import TracingContext, tracing
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    stack (benchmarks/RESULTS.md, "a third of the time")."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+    with _fake_mode_context(shape_env=False):
         return make_fx(function)(*args)
 
 
@@ -404,15 +418,7 @@ def _cached_compile(graph, example):
     env") and every new process compiles again (benchmarks/RESULTS.md, "on-disk cache")."""
     from torch._inductor import compile as inductor_compile
 
-    try:
-        from torch._guards import TracingContext, tracing
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-        context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
-    except (ImportError, TypeError):  # another torch: compiled each time, still correct
-        return inductor_compile(graph, list(example))
-    with tracing(context):
+    with _fake_mode_context(shape_env=True):  # (a null context on another torch: compiled each time, still correct)
         return inductor_compile(graph, list(example))
 
 
