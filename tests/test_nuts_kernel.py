@@ -446,34 +446,6 @@ def test_a_step_traced_with_the_potential_spliced_in_computes_what_it_does_calli
             assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
-def test_a_trace_makes_its_nodes_metadata_in_one_fake_mode(monkeypatch):
-    """make_fx on real values makes a fake mode for each node's metadata (each recording the Python stack) unless
-    the tracing context holds one: _make_fx gives it one."""
-    from torch._subclasses import fake_tensor
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from pyro_bdl.inference.potential import _make_fx
-
-    made = []
-    init = fake_tensor.FakeTensorMode.__init__
-
-    def counting(self, *args, **kwargs):
-        made.append(self)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(fake_tensor.FakeTensorMode, "__init__", counting)
-
-    def f(x):
-        return ((x * 2.0).exp() - x).sum(-1)
-
-    x = torch.randn(3, 4)
-    make_fx(f)(x)
-    plain, made[:] = len(made), []
-    gm = _make_fx(f, x)
-    assert plain >= 4 and len(made) == 1
-    assert torch.equal(gm(x), f(x))
-
-
 @pytest.mark.slow
 def test_a_compiled_step_reads_data_given_later_as_a_non_contiguous_view_as_its_values():
     """The compiled steps leave out inductor's per-call stride checks (every input contiguous): a later fit on the

@@ -11,8 +11,9 @@ point is one vector ``theta`` of D coordinates; the potential is
 :meth:`FlatPotential.value_and_grad` evaluates U and its gradient for a batch of points (one per
 chain), shape (chains, D) -> ((chains,), (chains, D)).  The batched function is built once per model,
 non-tensor settings and data shapes (:func:`flat_potential` caches it across chains and fits):
-``torch.func.vmap(torch.func.grad_and_value(U))`` is traced to one graph of tensor operations
-(``make_fx``: Pyro's effect handlers run once, at the trace, not at every leapfrog step), with the
+U mapped over the chains by ``torch.func.vmap`` and its gradient taken by autograd is traced to one graph of
+tensor operations (:func:`~pyro_bdl.inference.aten_trace.trace_aten`, which needs no ``torch._dynamo``: Pyro's
+effect handlers run once, at the trace, not at every leapfrog step), with the
 data tensors as inputs of the graph, and that graph is compiled with ``torch.compile`` (``compile=True``;
 it takes seconds to a minute to compile) or run traced (``compile=False``: by the static runtime,
 :func:`~pyro_bdl.inference.scripted.script`, built in well under a second; see benchmarks/RESULTS.md for both).
@@ -62,6 +63,7 @@ import pyro
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
+from .aten_trace import trace_aten
 from .scripted import same_outputs, script
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]
@@ -197,29 +199,38 @@ class FlatPotential:
         return self._mode
 
     # --- building the batched function, simplest fallback last ----------------------------------
+    def _vmapped(self, theta: torch.Tensor, *tensors) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dU/dtheta (chains, D), U (chains,)) at theta (chains, D), eagerly: U mapped over the chains by
+        ``torch.func.vmap``, its gradient by autograd (the chains are independent: the gradient of their sum is
+        each chain's own).  Not ``torch.func.grad_and_value``, which imports ``torch._dynamo`` (seconds)."""
+        theta = theta.detach().requires_grad_()
+        with torch.enable_grad():
+            u = torch.func.vmap(self._potential, in_dims=(0,) + (None,) * len(tensors))(theta, *tensors)
+            grad, = torch.autograd.grad(u.sum(), theta)
+        return grad, u.detach()
+
+    def _looped(self, theta: torch.Tensor, *tensors) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`_vmapped`, one chain at a time (for a model ``vmap`` cannot map)."""
+        theta = theta.detach().requires_grad_()
+        with torch.enable_grad():
+            u = torch.stack([self._potential(t, *tensors) for t in theta])
+            grad, = torch.autograd.grad(u.sum(), theta)
+        return grad, u.detach()
+
     def _build(self, theta, tensors):
-        vmapped = torch.func.vmap(torch.func.grad_and_value(self._potential), in_dims=(0,) + (None,) * len(tensors))
         try:
-            reference = vmapped(theta, *tensors)
+            reference = self._vmapped(theta, *tensors)
         except Exception as error:  # noqa: BLE001 - any failure of vmap: a loop over chains still works
             self._fallback("loop", f"torch.func.vmap failed ({type(error).__name__}: {error})")
-            single = torch.func.grad_and_value(self._potential)
-
-            def loop(theta, *tensors):
-                pairs = [single(t, *tensors) for t in theta]
-                return torch.stack([g for g, _ in pairs]), torch.stack([v for _, v in pairs])
-
-            self._batched = loop
+            self._batched = self._looped
             return
         try:
-            graph = _make_fx(vmapped, theta, *tensors)
-            graph.graph.eliminate_dead_code()
-            graph.recompile()
+            graph = trace_aten(self._vmapped, theta, *tensors)
             _check_same(graph(theta, *tensors), reference)
             self._graph = graph
         except Exception as error:  # noqa: BLE001
             self._fallback("vmap", f"tracing the potential failed ({type(error).__name__}: {error})")
-            self._batched = vmapped
+            self._batched = self._vmapped
             return
         if not self.compile:  # the graph's operations run without Python between them
             try:
@@ -286,29 +297,17 @@ class FlatPotential:
                       stacklevel=4)
 
 
-def _fake_mode_context(shape_env: bool):
-    """A tracing context holding one fake mode (with a shape environment, as ``torch.compile`` gives inductor, or
-    without), for :func:`_make_fx` and :func:`_cached_compile`; a null context on a torch without these APIs (the
-    work is then slower, not wrong)."""
+def _shape_env_context():
+    """A tracing context holding a fake mode with a shape environment, as ``torch.compile`` gives inductor, for
+    :func:`_cached_compile`; a null context on a torch without these APIs (the work is then slower, not wrong)."""
     try:
         from torch._guards import TracingContext, tracing
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        mode = FakeTensorMode(shape_env=ShapeEnv()) if shape_env else FakeTensorMode(allow_fallback_kernels=True)
-        return tracing(TracingContext(mode))
+        return tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv())))
     except (ImportError, TypeError):
         return contextlib.nullcontext()
-
-
-def _make_fx(function, *args) -> torch.fx.GraphModule:
-    """``make_fx(function)(*args)``, traced on the real values, with the nodes' metadata made in one fake mode:
-    without a mode in the tracing context, ``make_fx`` makes a new one for every node, each recording the Python
-    stack (benchmarks/RESULTS.md, "a third of the time")."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    with _fake_mode_context(shape_env=False):
-        return make_fx(function)(*args)
 
 
 def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors: tuple) -> torch.fx.GraphModule:
@@ -318,7 +317,7 @@ def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors:
     The step is traced with the results of its potential calls as stand-in inputs and the points it evaluates
     at as extra outputs; the potential's nodes are then copied in right after each point (they read nothing
     else of the step, and the step reads the results only after the point), instead of tracing its hundred-odd
-    operations again through ``make_fx`` (the larger part of a leaf's trace)."""
+    operations again (the larger part of a leaf's trace)."""
     n = len(example)
     points = []
 
@@ -339,7 +338,7 @@ def _traced_with(step, potential: torch.fx.GraphModule, example: tuple, tensors:
         out = step(grad_and_value, *args[:n])
         return ((out,) if single else tuple(out)) + tuple(called)
 
-    traced = _make_fx(with_stand_ins, *example, *stand_ins)
+    traced = trace_aten(with_stand_ins, *example, *stand_ins)
     graph = traced.graph
     inputs = [node for node in graph.nodes if node.op == "placeholder"]
     output = next(node for node in graph.nodes if node.op == "output")
@@ -418,7 +417,7 @@ def _cached_compile(graph, example):
     env") and every new process compiles again (benchmarks/RESULTS.md, "on-disk cache")."""
     from torch._inductor import compile as inductor_compile
 
-    with _fake_mode_context(shape_env=True):  # (a null context on another torch: compiled each time, still correct)
+    with _shape_env_context():  # (a null context on another torch: compiled each time, still correct)
         return inductor_compile(graph, list(example))
 
 
