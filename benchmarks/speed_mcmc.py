@@ -10,6 +10,8 @@ Workloads (``--quick`` shrinks every run for the smoke test):
   evaluation counted, warm-up included) against one bare potential+gradient evaluation (the floor).
 * ``schools``: non-centred eight schools, 4 chains x (1000 + 1000): wall seconds, divergences.
 * ``demo``: ``make demo``'s fit, ``pyro_bdl``'s NUTS on the embedded ``linear`` set (2 chains).
+* ``fresh``: a user's first fit in a new Python process, eight schools and the demo's, against NumPyro's first
+  call on eight schools in a new process (imports, tracing and compiling included; medians of alternating rounds).
 * ``digits``: notebook 02's NUTS on the digits net (bnn-classifier 64-50-10), 1 chain, 200 + 200 draws,
   through ``pyro_bdl.fit``: time per leapfrog against the floors, tree depths; and the kernel's
   compiled leaf against the bare compiled potential, timed in alternating rounds.
@@ -136,21 +138,22 @@ def _numpyro():
     return numpyro
 
 
-def run_numpyro(np_model, data, *, chains, warmup, samples, seed):
-    """NumPyro NUTS, chains one after another ("sequential"): (draws, seconds first call, seconds warm)."""
+def run_numpyro(np_model, data, *, chains, warmup, samples, seed, calls=2):
+    """NumPyro NUTS, chains one after another ("sequential"): (draws, seconds first call, seconds warm); with
+    ``calls=1`` the first call only (the warm seconds are then None)."""
     import jax
     from numpyro.infer import MCMC, NUTS
 
     times, draws = [], None
     mcmc = MCMC(NUTS(np_model), num_warmup=warmup, num_samples=samples, num_chains=chains,
                 chain_method="sequential", progress_bar=False)
-    for _ in range(2):  # the first call compiles, the second reuses the compiled kernel (MCMC's cache)
+    for _ in range(calls):  # the first call compiles, the second reuses the compiled kernel (MCMC's cache)
         start = time.perf_counter()
         mcmc.run(jax.random.PRNGKey(seed), **data)
         jax.block_until_ready(mcmc.get_samples())
         times.append(time.perf_counter() - start)
         draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    return draws, times[0], times[1]
+    return draws, times[0], times[1] if calls > 1 else None
 
 
 # --- workloads ---------------------------------------------------------------------------------------
@@ -406,11 +409,26 @@ def eight_schools(y, sigma):
         pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
 
 
+def np_eight_schools(y, sigma):
+    """:func:`eight_schools` in NumPyro."""
+    import numpyro
+    import numpyro.distributions as nd
+
+    mu = numpyro.sample("mu", nd.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", nd.HalfCauchy(5.0))
+    with numpyro.plate("schools", len(y)):
+        eta = numpyro.sample("eta", nd.Normal(0.0, 1.0))
+        numpyro.sample("obs", nd.Normal(mu + tau * eta, sigma), obs=y)
+
+
+SCHOOLS_Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
+SCHOOLS_SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
+
+
 def workload_schools(args):
     import torch
 
-    y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
-    sigma = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
+    y, sigma = SCHOOLS_Y, SCHOOLS_SIGMA
     data = {"y": torch.tensor(y), "sigma": torch.tensor(sigma)}
     warmup, samples = (100, 100) if args.quick else (1000, 1000)
     print(f"\n== eight schools, non-centred, 4 chains x ({warmup} + {samples})")
@@ -429,16 +447,8 @@ def workload_schools(args):
     numpyro = None if args.skip_numpyro else _numpyro()
     if numpyro is not None:
         import jax.numpy as jnp
-        import numpyro.distributions as nd
 
-        def np_schools(y, sigma):
-            mu = numpyro.sample("mu", nd.Normal(0.0, 5.0))
-            tau = numpyro.sample("tau", nd.HalfCauchy(5.0))
-            with numpyro.plate("schools", len(y)):
-                eta = numpyro.sample("eta", nd.Normal(0.0, 1.0))
-                numpyro.sample("obs", nd.Normal(mu + tau * eta, sigma), obs=y)
-
-        draws, first, warm = run_numpyro(np_schools, {"y": jnp.asarray(y), "sigma": jnp.asarray(sigma)}, chains=4,
+        draws, first, warm = run_numpyro(np_eight_schools, {"y": jnp.asarray(y), "sigma": jnp.asarray(sigma)}, chains=4,
                                          warmup=warmup, samples=samples, seed=0)
         results["numpyro, first call (sequential chains)"] = (draws, first, None)
         results["numpyro, warm"] = (draws, warm, None)
@@ -471,8 +481,82 @@ def workload_demo(args):
         print(f"ratio zoo/pyro [demo fit seconds] = {seconds['zoo'] / seconds['pyro']:.2f}")
 
 
+_FRESH = ("zoo schools", "zoo demo", "numpyro schools")
+
+
+def workload_fresh(args):
+    """A user's first fit in a new Python process (what a script or the CLI pays: imports, tracing, compiling),
+    eight schools and the demo's fit, against NumPyro's first call on eight schools, each in its own process with
+    an empty inductor cache (unless --warm-cache), in alternating rounds."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+
+    names = [n for n in _FRESH if not n.startswith("numpyro") or (not args.skip_numpyro and _numpyro() is not None)]
+    rounds = 1 if args.quick else args.fresh_rounds
+    print(f"\n== first fits in fresh processes ({rounds} rounds; seconds: the fit, and the imports before it)")
+    seen = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            env = dict(os.environ)
+            if not args.warm_cache:
+                env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="speed_mcmc_fresh_")
+            command = [sys.executable, os.path.abspath(__file__), "--child", name, "--threads", str(args.threads)]
+            out = subprocess.run(command + (["--quick"] if args.quick else []), env=env, capture_output=True,
+                                 text=True, check=True)
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            seen[name].append(row)
+            print(f"  round {r + 1}: {name:16s} fit {row['fit']:6.2f} s, imports {row['imports']:5.2f} s"
+                  + ("" if name.startswith("numpyro") else f", torch._dynamo imported: {row['dynamo']}"))
+    median = {n: statistics.median(row["fit"] for row in rows) for n, rows in seen.items()}
+    for name, seconds in median.items():
+        print(f"{name:16s} median fit {seconds:6.2f} s")
+    if "numpyro schools" in median:
+        print(f"ratio zoo/numpyro first call, fresh process [schools fit seconds] = "
+              f"{median['zoo schools'] / median['numpyro schools']:.2f}")
+
+
+def _child(name: str, args) -> None:
+    """One of :func:`workload_fresh`'s fits, in this new process: prints a JSON line."""
+    import contextlib
+    import io
+    import json
+    import sys
+
+    start = time.perf_counter()  # numpy and this module are imported: what follows is what a user's script imports
+    warmup, samples = (100, 100) if args.quick else (1000, 1000)
+    if name == "numpyro schools":
+        _numpyro()
+        import jax.numpy as jnp
+
+        imported = time.perf_counter()
+        data = {"y": jnp.asarray(SCHOOLS_Y), "sigma": jnp.asarray(SCHOOLS_SIGMA)}
+        _, seconds, _ = run_numpyro(np_eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0,
+                                    calls=1)
+    else:
+        import torch
+
+        import pyro_bdl
+
+        torch.set_num_threads(args.threads)
+        imported = time.perf_counter()
+        if name == "zoo schools":
+            data = {"y": torch.tensor(SCHOOLS_Y), "sigma": torch.tensor(SCHOOLS_SIGMA)}
+            with contextlib.redirect_stdout(io.StringIO()):
+                _, _, seconds, _ = run_zoo(eight_schools, data, chains=4, warmup=warmup, samples=samples, seed=0,
+                                           jit=args.jit)
+        else:
+            settings = {"samples": 100, "warmup": 100} if args.quick else {}
+            fit_start = time.perf_counter()
+            pyro_bdl.fit("blr", "linear", inference="nuts", progress=False, seed=0, **settings)
+            seconds = time.perf_counter() - fit_start
+    print(json.dumps({"imports": imported - start, "fit": seconds, "dynamo": "torch._dynamo" in sys.modules}))
+
+
 WORKLOADS = {"blr": workload_blr, "bnn": workload_bnn, "schools": workload_schools, "demo": workload_demo,
-             "digits": workload_digits}
+             "digits": workload_digits, "fresh": workload_fresh}
 
 
 def main(argv=None):
@@ -485,7 +569,11 @@ def main(argv=None):
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--skip-pyro", action="store_true")
     parser.add_argument("--skip-numpyro", action="store_true")
+    parser.add_argument("--fresh-rounds", type=int, default=5, help="rounds of fresh processes (workload fresh)")
+    parser.add_argument("--child", choices=_FRESH, help=argparse.SUPPRESS)  # one fit of workload fresh
     args = parser.parse_args(argv)
+    if args.child:
+        return _child(args.child, args)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     if not args.warm_cache:
         import tempfile

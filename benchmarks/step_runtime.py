@@ -16,8 +16,8 @@ and in the static runtime.  Then, per model and step: operations in the graph, m
 rounds of calls, the ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a
 way's outputs differ from ``torchscript``'s on the example.  Last, what building the steps costs: per model and
 step, seconds to trace it with the potential (``make_fx`` of the step calling the potential's graph, as before,
-against ``potential._traced_with``: the potential's graph spliced in, the nodes' metadata made in one fake mode),
-alternating rounds.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
+against ``potential._traced_with``: the step traced by ``aten_trace.trace_aten`` and the potential's graph spliced
+in), alternating rounds.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
 
 Example: ``python benchmarks/step_runtime.py`` (a few minutes), ``--quick`` (the smoke test).
 """

@@ -77,3 +77,22 @@ def test_a_nuts_fit_imports_neither_dynamo_nor_inductor():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_changed_graph_runs_as_changed_its_code_generated_once_when_called(monkeypatch):
+    """The sampler's steps change their graphs several times before running them: the code is generated at the call
+    (or when read), once, and from the graph as it is then."""
+    gm = trace_aten(lambda x: x * 3.0, torch.ones(2))
+    generated = []
+    real = type(gm)._real_recompile if hasattr(type(gm), "_real_recompile") else None
+    if real is None:
+        pytest.skip("this torch has no lazy graph module")
+    monkeypatch.setattr(type(gm), "_real_recompile", lambda self: generated.append(1) or real(self))
+    mul = next(n for n in gm.graph.nodes if n.op == "call_function")
+    mul.target = torch.ops.aten.add.Tensor
+    for _ in range(3):
+        gm.recompile()
+    assert not generated
+    assert torch.equal(gm(torch.ones(2)), torch.full((2,), 4.0))
+    assert torch.equal(gm(torch.ones(2)), torch.full((2,), 4.0)) and len(generated) == 1
+    assert "add" in gm.code

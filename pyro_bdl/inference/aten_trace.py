@@ -41,10 +41,18 @@ from torch.utils._pytree import tree_map
 
 __all__ = ["trace_aten"]
 
+try:  # code generated at the first call (or ``.code``), not at each of the changes the graph goes through before
+    from torch.fx._lazy_graph_module import _LazyGraphModule as _GraphModule
+except ImportError:  # an older torch: generated at each change (slower, the same graph)
+    _GraphModule = fx.GraphModule
+
 
 def trace_aten(function, *args) -> fx.GraphModule:
     """``function(*args)`` (tensors in, a tensor or a tuple of tensors out) as a graph module of ATen operations
-    with one input per argument; see the module docstring."""
+    with one input per argument; see the module docstring.  The module generates its Python code when first called
+    (or its ``code`` is read), not at each ``recompile()``, where torch can (``torch.fx``'s lazy graph module): the
+    sampler's steps change their graphs five or six times before running them (a few hundredths of a second each
+    time; benchmarks/RESULTS.md, "without torch._dynamo")."""
     recorder = _Recorder()
     for i, arg in enumerate(args):
         if not isinstance(arg, torch.Tensor):
@@ -59,8 +67,7 @@ def trace_aten(function, *args) -> fx.GraphModule:
     nodes = tuple(recorder.node_of(t) for t in outs)
     recorder.graph.output(nodes[0] if single else nodes)
     recorder.graph.eliminate_dead_code()
-    module = fx.GraphModule(recorder.root, recorder.graph)
-    return module
+    return _GraphModule(recorder.root, recorder.graph)
 
 
 class _Recorder(TorchDispatchMode):

@@ -28,7 +28,7 @@ import warnings
 import torch
 import torch.fx as fx
 
-from .graph_folding import fold_constants, simplify
+from .graph_folding import _fold, simplify
 
 __all__ = ["script", "same_outputs"]
 
@@ -37,7 +37,9 @@ def script(gm: fx.GraphModule, example: tuple):
     """``gm`` (changed in place: folded and simplified) as a function of the same inputs returning the same
     outputs (a tuple where ``gm`` returns one), run by the static runtime where it builds, else as TorchScript.
     ``example``: inputs of the shapes and dtypes it will be called with."""
-    gm = simplify(fold_constants(gm))
+    _fold(gm)  # the constants, then cheaper forms (folding again what they make constant); code generated once
+    gm = simplify(gm)
+    getattr(gm, "real_recompile", lambda: None)()  # a lazy graph module (aten_trace): its code, before tracing it
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
         traced = torch.jit.trace(gm, example, check_trace=False)
