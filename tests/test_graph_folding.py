@@ -11,8 +11,8 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
+from pyro_bdl.inference.aten_trace import trace_aten
 from pyro_bdl.inference.graph_folding import fold_constants, operations, simplify
 from pyro_bdl.inference.scripted import script
 from pyro_bdl.inference.potential import flat_potential
@@ -37,14 +37,23 @@ def test_folded_potential_of_a_zoo_model_gives_the_same_values_and_gradients_wit
 
 
 def test_random_operations_are_not_folded():
-    gm = make_fx(lambda x: x + torch.randn(3))(torch.zeros(3))
+    gm = trace_aten(lambda x: x + torch.randn(3), torch.zeros(3))
     folded = fold_constants(gm)
     assert not torch.equal(folded(torch.zeros(3)), folded(torch.zeros(3)))
 
 
 def test_adding_zeros_that_broadcast_is_kept():
-    gm = make_fx(lambda x: x + torch.zeros(2, 3))(torch.randn(3))
+    gm = trace_aten(lambda x: x + torch.zeros(2, 3), torch.randn(3))
     assert fold_constants(gm)(torch.ones(3)).shape == (2, 3)
+
+
+def test_detach_folds_to_its_operand():
+    """The traced potential detaches its input and results (autograd runs only at the trace)."""
+    gm = trace_aten(lambda x: (x.detach() * 2.0).detach(), torch.randn(3))
+    assert torch.ops.aten.detach.default in [n.target for n in gm.graph.nodes]
+    folded = fold_constants(gm)
+    assert [n.target for n in folded.graph.nodes if n.op == "call_function"] == [torch.ops.aten.mul.Tensor]
+    assert torch.equal(folded(torch.ones(3)), torch.full((3,), 2.0))
 
 
 def test_in_place_operations_are_not_folded():
@@ -53,7 +62,7 @@ def test_in_place_operations_are_not_folded():
         buffer.add_(1.0)
         return x * buffer
 
-    gm = make_fx(f)(torch.randn(3))
+    gm = trace_aten(f, torch.randn(3))
     assert torch.equal(fold_constants(gm)(torch.full((3,), 2.0)), torch.full((3,), 2.0))
 
 
@@ -68,7 +77,7 @@ def test_selections_and_logic_with_constant_masks_fold_to_their_operand():
                 torch.logical_or(k, no), torch.where(m, x, y), torch.where(torch.ones(2, 3, dtype=torch.bool), x, y),
                 n & torch.ones(3, dtype=torch.long))
 
-    gm = make_fx(f)(torch.randn(3), torch.randn(3), torch.tensor([True, False, True]))
+    gm = trace_aten(f, torch.randn(3), torch.randn(3), torch.tensor([True, False, True]))
     folded = fold_constants(copy.deepcopy(gm))
     assert operations(folded) == 6  # x > 0, where(m, ...), the broadcasting where; x * 4, to long, n & 1 (kept)
     for seed in range(3):
@@ -128,7 +137,7 @@ def test_numbers_become_tensors_of_the_operand_dtype_and_squares_products(dtype)
         return (x * 0.5 - 1.0) ** 2 / 3.0, (x <= 0.25) | (x > 2.0), torch.clamp(x, max=0.0), filled
 
     x = torch.randn(5, dtype=dtype)
-    gm = simplify(make_fx(f)(x))
+    gm = simplify(trace_aten(f, x))
     assert _numbers(gm) == []
     assert torch.ops.aten.pow.Tensor_Scalar not in _targets(gm)
     assert torch.ops.aten.masked_fill.Tensor not in _targets(gm)  # a where: the fill is no output's strides
@@ -142,7 +151,7 @@ def test_a_flat_vectors_slice_gradients_become_one_cat_with_zeros_where_no_slice
 
     grad = torch.func.grad(f)
     theta = torch.randn(9)
-    gm = make_fx(grad)(theta)
+    gm = trace_aten(grad, theta)
     assert torch.ops.aten.slice_backward.default in _targets(gm)
     gm = simplify(gm)
     assert torch.ops.aten.slice_backward.default not in _targets(gm)
@@ -157,7 +166,7 @@ def test_an_in_place_write_into_a_fresh_result_becomes_out_of_place_and_one_into
         return y.unsqueeze(-1).sum(-1) + y.exp() + y.exp()
 
     x = torch.randn(6)
-    gm = simplify(make_fx(fresh)(x))
+    gm = simplify(trace_aten(fresh, x))
     assert not [t for t in _targets(gm) if t.__name__.split(".")[0].endswith("_")]
     assert _targets(gm).count(torch.ops.aten.exp.default) == 1  # computed once
     assert torch.ops.aten.sum.dim_IntList not in _targets(gm)  # a sum over a size-1 dimension is no sum
@@ -167,7 +176,7 @@ def test_an_in_place_write_into_a_fresh_result_becomes_out_of_place_and_one_into
         x.mul_(2.0)
         return x + x.exp()
 
-    gm = simplify(make_fx(into_input)(torch.randn(4)))
+    gm = simplify(trace_aten(into_input, torch.randn(4)))
     assert torch.ops.aten.mul_.Tensor in _targets(gm)
     a = torch.randn(4)
     assert torch.allclose(gm(a.clone()), into_input(a.clone()))
@@ -178,14 +187,14 @@ def test_reshapes_that_change_nothing_go_and_an_outputs_strides_are_kept():
         return (x.unsqueeze(-1).view(3, 4) * 2.0).expand(3, 4) + 1.0
 
     x = torch.randn(3, 4)
-    gm = simplify(make_fx(f)(x))
+    gm = simplify(trace_aten(f, x))
     assert not {torch.ops.aten.unsqueeze.default, torch.ops.aten.expand.default} & set(_targets(gm))
     _agree(gm, f, torch.randn(3, 4))
 
     def column(x):  # a sum over a size-1 slice returned as an output: kept, so the output stays contiguous
         return x[:, 1:2].sum(-1)
 
-    gm = simplify(make_fx(column)(x))
+    gm = simplify(trace_aten(column, x))
     assert torch.ops.aten.sum.dim_IntList in _targets(gm)
     assert gm(torch.randn(3, 4)).is_contiguous()
     _agree(gm, column, torch.randn(3, 4))
@@ -200,7 +209,7 @@ def test_a_viewed_masked_fill_becomes_a_where_only_where_its_operands_give_its_l
     x = torch.randn(4, 3)
     cases = [((x, x < 0), True), ((x, (x < 0)[:1]), False), ((x.T.contiguous().T, x < 0), False)]
     for args, becomes_where in cases:
-        gm = simplify(make_fx(fill)(*args))
+        gm = simplify(trace_aten(fill, *args))
         assert (torch.ops.aten.where.self in _targets(gm)) == becomes_where
         out = gm(*args)
         assert out.stride() == fill(*args).stride() and torch.equal(out, fill(*args))
@@ -219,7 +228,7 @@ def test_additions_and_isnan_take_the_forms_the_static_runtime_buffers_with_the_
         x[0, 0], x[1, 1], x[2, 2] = math.nan, math.inf, -math.inf
         return x, torch.randn(4, 3, generator=g), torch.randint(0, 9, (4, 3), generator=g), torch.rand(4, 3) < 0.5
 
-    gm = simplify(make_fx(f)(*example(0)))
+    gm = simplify(trace_aten(f, *example(0)))
     targets = _targets(gm)
     adds = [node for node in gm.graph.nodes if node.target is torch.ops.aten.add.Tensor]
     assert torch.ops.aten.isnan.default not in targets and torch.ops.aten.ne.Tensor in targets
@@ -230,11 +239,11 @@ def test_additions_and_isnan_take_the_forms_the_static_runtime_buffers_with_the_
             assert got.dtype == want.dtype and _same_bits(got, want)
     if not hasattr(torch._C, "_jit_to_static_module"):
         return
-    run = script(make_fx(f)(*example(0)), example(0))
+    run = script(trace_aten(f, *example(0)), example(0))
     report = run.benchmark_individual_ops(list(example(0)), {}, 1, 1)
     assert {"aten::sub", "aten::ne"} <= set(report.out_nodes)
     assert report.instances_per_node_type.get("aten::add") == 1  # the boolean one
-    plain = torch._C._jit_to_static_module(torch.jit.freeze(torch.jit.trace(make_fx(f)(*example(0)), example(0),
+    plain = torch._C._jit_to_static_module(torch.jit.freeze(torch.jit.trace(trace_aten(f, *example(0)), example(0),
                                                                               check_trace=False).eval())._c)
     assert "aten::add" not in plain.benchmark_individual_ops(list(example(0)), {}, 1, 1).out_nodes
 
@@ -286,7 +295,7 @@ def test_the_static_runtimes_outputs_survive_its_next_call():
         return x * y + 1.0, (x - y).exp().sum(-1)
 
     x, y = torch.randn(4, 3), torch.randn(4, 3)
-    run = script(make_fx(f)(x, y), (x, y))
+    run = script(trace_aten(f, x, y), (x, y))
     if hasattr(torch._C, "_jit_to_static_module"):
         assert isinstance(run, torch._C.StaticModule)
     first = run(x, y)
@@ -356,7 +365,7 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
     def step(x, y):
         return (x * y + 1.0,)
 
-    kept = _inductor(make_fx(step)(transposed, y), (transposed, y), contiguous=False)
+    kept = _inductor(trace_aten(step, transposed, y), (transposed, y), contiguous=False)
     assert torch.equal(kept(transposed, y)[0], transposed * y + 1.0)
     with pytest.raises(AssertionError):
         kept(x, y)  # contiguous where it was compiled for transposed strides: refused
@@ -364,13 +373,13 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
     def transposing(x, y):
         return ((x * y).T,)
 
-    graph = make_fx(transposing)(x, y)
+    graph = trace_aten(transposing, x, y)
     kept = _inductor(graph, (x, y), contiguous=True)  # a non-contiguous output: checks kept
     with pytest.raises(AssertionError):
         kept(transposed, y)
 
     hits = counters["inductor"]["fxgraph_cache_hit"]
-    fast = _inductor(make_fx(step)(x, y), (x, y), contiguous=True)
+    fast = _inductor(trace_aten(step, x, y), (x, y), contiguous=True)
     assert torch.equal(fast(x, y)[0], x * y + 1.0)
-    _inductor(make_fx(step)(x, y), (x, y), contiguous=True)
+    _inductor(trace_aten(step, x, y), (x, y), contiguous=True)
     assert counters["inductor"]["fxgraph_cache_hit"] > hits

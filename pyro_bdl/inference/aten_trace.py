@@ -5,7 +5,7 @@ reaching the dispatcher into a graph, forward and backward alike (``torch.autogr
 inside the function are recorded as the operations they run).  It gives the graph ``make_fx`` gives on real values
 (placeholders for the arguments, ``get_attr`` buffers for tensors made outside the function, ``meta["val"]`` with
 each result's shape, strides and dtype, on the meta device) but imports neither ``torch._dynamo`` nor
-``torch._inductor``, which ``make_fx`` does (1.6-2.9 s once per process here: the larger part of a short NUTS fit
+``torch._inductor``, which ``make_fx`` does (1.6-2.2 s once per process here: the larger part of a short NUTS fit
 in a fresh process; benchmarks/RESULTS.md, "without torch._dynamo").
 
 What it records is what ran: a Python branch on a value, or a number read from a tensor (``.item()``), is taken
@@ -33,6 +33,7 @@ Example
 from __future__ import annotations
 
 import operator
+import weakref
 
 import torch
 import torch.fx as fx
@@ -71,14 +72,18 @@ def trace_aten(function, *args) -> fx.GraphModule:
 
 
 class _Recorder(TorchDispatchMode):
-    """Writes each ATen call into :attr:`graph`; a tensor is found by object (each one kept alive meanwhile)."""
+    """Writes each ATen call into :attr:`graph`; a tensor is found by object.
+
+    Tensors are held by weak references: a strong one would make autograd and the factories copy the tensors they
+    wrap (one ``detach`` each, recorded; ``make_fx`` holds weak ones too).  Their storages are held, so that no
+    later tensor reuses a recorded result's memory while the trace runs."""
 
     def __init__(self):
         super().__init__()
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
-        self._by_id: dict = {}  # id(tensor) -> (tensor, node); the tensor kept alive so its id stays its own
-        self._memory: set = set()  # the storages of the arguments and results
+        self._by_id: dict = {}  # id(tensor) -> (weak reference, node)
+        self._memory: dict = {}  # storage address -> the storage, of the arguments and results
         self._constants = 0
 
     @classmethod
@@ -88,16 +93,17 @@ class _Recorder(TorchDispatchMode):
         return False
 
     def bind(self, tensor: torch.Tensor, node: fx.Node) -> None:
-        self._by_id[id(tensor)] = (tensor, node)
+        self._by_id[id(tensor)] = (weakref.ref(tensor), node)
         if node.op != "get_attr":
-            self._memory.add(_storage(tensor))
+            storage = tensor.untyped_storage()
+            self._memory[storage.data_ptr()] = storage
         node.meta["val"] = _meta_like(tensor)
 
     def node_of(self, tensor: torch.Tensor) -> fx.Node:
         entry = self._by_id.get(id(tensor))
-        if entry is not None and entry[0] is tensor:
+        if entry is not None and entry[0]() is tensor:
             return entry[1]
-        if tensor.numel() and _storage(tensor) in self._memory:
+        if tensor.numel() and tensor.untyped_storage().data_ptr() in self._memory:
             raise RuntimeError("a tensor made from a traced value outside torch's operations (numpy, a raw pointer) "
                                "reaches an operation: it cannot be traced as a constant")
         return self._constant(tensor)
@@ -135,10 +141,6 @@ def _has_tensor(out) -> bool:
     if isinstance(out, torch.Tensor):
         return True
     return isinstance(out, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in out)
-
-
-def _storage(tensor: torch.Tensor) -> int:
-    return tensor.untyped_storage().data_ptr()
 
 
 def _meta_like(tensor: torch.Tensor) -> torch.Tensor:

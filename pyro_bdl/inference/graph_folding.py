@@ -1,7 +1,7 @@
 r"""Constant folding and simplification of a traced ``torch.fx`` graph: what the traced sampler step need not redo.
 
-A model's potential traced by ``make_fx`` keeps every operation Pyro ran, including those whose values are fixed
-once the shapes are: the log of a constant noise scale broadcast to every row, ``zeros_like`` of a parameter for
+A model's potential traced to ATen operations (:func:`~pyro_bdl.inference.aten_trace.trace_aten`) keeps every
+operation Pyro ran, including those whose values are fixed once the shapes are: the log of a constant noise scale broadcast to every row, ``zeros_like`` of a parameter for
 an identity transform's log-Jacobian, a constant turned into a tensor.  Whatever runs the traced step pays for
 every operation, so these cost real time on a small model (benchmarks/RESULTS.md, "NUTS speed").
 :func:`fold_constants` evaluates, once, every operation whose inputs are constants (and the tensor creators whose
@@ -19,17 +19,17 @@ source go, a repeated operation is computed once (benchmarks/RESULTS.md, "static
 Example
 -------
 >>> import torch
->>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> from pyro_bdl.inference.aten_trace import trace_aten
 >>> def f(x):
 ...     scale = torch.full((3,), 2.0)
 ...     return (x - torch.zeros_like(x)) / scale + torch.log(scale)
->>> gm = make_fx(f)(torch.randn(3))
+>>> gm = trace_aten(f, torch.randn(3))
 >>> operations(gm), operations(fold_constants(gm))  # full, zeros_like, sub and log go; div and add stay
 (6, 2)
 >>> x = torch.randn(3)
 >>> bool(torch.allclose(gm(x), f(x)))
 True
->>> g = make_fx(lambda x: (x * 0.5) ** 2 + (x * 0.5) ** 2)(x)
+>>> g = trace_aten(lambda x: (x * 0.5) ** 2 + (x * 0.5) ** 2, x)
 >>> operations(g), operations(simplify(g))  # one product by a 0-dim tensor, one square, one sum
 (5, 3)
 """
@@ -106,8 +106,11 @@ def _all(known: dict, node, truth: bool) -> bool:
 
 def _identity_operand(node: fx.Node, known: dict):
     """The operand ``node`` equals (x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1, x ** 1; where(true, x, y) and
-    where(false, y, x); x & true, true & x, x | false, false | x), or None."""
+    where(false, y, x); x & true, true & x, x | false, false | x; ``detach(x)``: the graph runs without autograd),
+    or None."""
     t, args = node.target, node.args
+    if t is _aten.detach.default:
+        return args[0]
     if t is _aten.where.self and len(args) == 3 and not node.kwargs:
         return args[1] if _all(known, args[0], True) else args[2] if _all(known, args[0], False) else None
     if len(args) != 2 or node.kwargs.get("alpha", 1) != 1:

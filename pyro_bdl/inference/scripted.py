@@ -11,11 +11,11 @@ build, or disagrees with TorchScript on the example, the TorchScript function is
 Example
 -------
 >>> import torch
->>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> from pyro_bdl.inference.aten_trace import trace_aten
 >>> def step(x, y):
 ...     return (x * 0.5 + y).exp(), (x - y).sum(-1)
 >>> x, y = torch.randn(4, 3), torch.randn(4, 3)
->>> run = script(make_fx(step)(x, y), (x, y))
+>>> run = script(trace_aten(step, x, y), (x, y))
 >>> a, b = run(x, y)
 >>> bool(torch.allclose(a, (x * 0.5 + y).exp())), b.shape
 (True, torch.Size([4]))
