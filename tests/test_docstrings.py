@@ -32,7 +32,7 @@ INTERNAL = [
     "pyro_bdl.inference.mcmc", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.plots",
     "pyro_bdl.predictive", "pyro_bdl.store", "pyro_bdl.inference.potential", "pyro_bdl.inference.nuts_kernel",
     "pyro_bdl.inference.zoo_mcmc", "pyro_bdl.inference.amortised", "pyro_bdl.inference.graph_folding",
-    "pyro_bdl.inference.scripted",
+    "pyro_bdl.inference.scripted", "pyro_bdl.inference.aten_trace",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
 FLAGGED = {"pyro_bdl.reports", "pyro_bdl.feature_maps", "pyro_bdl.result"}

@@ -302,6 +302,28 @@ def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_s
     _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
 
 
+def test_a_model_reading_its_data_through_numpy_runs_vmapped_with_one_warning_and_new_data_counts():
+    """The traced graph would hold the data read around torch as a constant, and a later fit on the shared potential
+    (other values, the same shapes) would sample the first data's posterior: the trace is refused instead."""
+    def through_numpy(y):
+        y = torch.from_numpy(y.numpy())  # the same memory, outside torch's operations
+        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    precision = 30 + 0.01
+    for shift in (2.0, -3.0):  # the second fit shares the first one's potential
+        y = torch.randn(30, generator=torch.Generator().manual_seed(1)) + shift
+        potential = flat_potential(through_numpy, {"y": y}, 2, compile=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            draws, _ = _run(through_numpy, {"y": y}, warmup=150, samples=300, potential=potential)
+        ours = [str(w.message) for w in caught if issubclass(w.category, PotentialCompileWarning)]
+        assert len(ours) == (1 if shift > 0 else 0) and all("outside torch's operations" in m for m in ours), ours
+        assert potential.mode == "vmap"
+        _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
+
+
 def test_potential_matches_pyro_potential_and_is_shared_across_fits():
     from pyro.infer.mcmc.util import initialize_model
 
