@@ -14,10 +14,12 @@ First, why numbers are rewritten: a chain of 50 operations on a (4, 10) tensor w
 (``x * 0.5``, ``x <= 0.0``) against the same with a 0-dim tensor operand, microseconds an operation in TorchScript
 and in the static runtime.  Then, per model and step: operations in the graph, microseconds a call (median of
 rounds of calls, the ways alternating), and the ratios against ``torchscript``; a line "MISMATCH" where a
-way's outputs differ from ``torchscript``'s on the example.  Last, what building the steps costs: per model and
-step, seconds to trace it with the potential (``make_fx`` of the step calling the potential's graph, as before,
-against ``potential._traced_with``: the step traced by ``aten_trace.trace_aten`` and the potential's graph spliced
-in), alternating rounds.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
+way's outputs differ from ``torchscript``'s on the example.  Last, what building the steps costs: per model,
+seconds to trace the potential (``make_fx`` of ``vmap(grad_and_value(U))`` as before, against
+``aten_trace.trace_aten`` of ``vmap(U)`` and autograd) and each step with it (``make_fx`` of the step calling the
+potential's graph, as before, against ``potential._traced_with``: the step traced by ``trace_aten`` and the
+potential's graph spliced in), alternating rounds; and the seconds a new process takes to import ``torch._dynamo``, which ``make_fx`` needs and the traced
+path no longer imports.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
 
 Example: ``python benchmarks/step_runtime.py`` (a few minutes), ``--quick`` (the smoke test).
 """
@@ -112,30 +114,53 @@ def _ways(gm, example) -> dict:
 
 
 def trace_seconds(model: str, calls: dict, rounds: int) -> None:
-    """Seconds to trace each step with the potential: retraced through ``make_fx`` (the step calling the
-    potential's graph) against spliced (``potential._traced_with``), alternating rounds."""
+    """Seconds to trace the potential and each step with it, alternating rounds: the potential through ``make_fx``
+    of ``vmap(grad_and_value(U))`` (as before) against ``trace_aten`` of ``vmap(U)`` and autograd
+    (``FlatPotential._vmapped``); each step retraced through ``make_fx`` (the step calling the potential's graph)
+    against spliced (``potential._traced_with``)."""
+    import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from pyro_bdl.inference.aten_trace import trace_aten
     from pyro_bdl.inference.potential import _traced_with
 
+    potential = next(iter(calls.values()))[3]
+    theta, tensors = next(iter(calls.values()))[1][0].clone(), next(iter(calls.values()))[2]
+    vmapped = torch.func.vmap(torch.func.grad_and_value(potential._potential), in_dims=(0,) + (None,) * len(tensors))
+    ways = {"potential": (lambda: make_fx(vmapped)(theta, *tensors), lambda: trace_aten(potential._vmapped, theta,
+                                                                                          *tensors))}
     for name, (step, example, tensors, potential) in calls.items():
         graph, n = potential._graph, len(example)
 
-        def retraced():
+        def retraced(step=step, example=example, tensors=tensors, graph=graph, n=n):
             return make_fx(lambda *args: step(lambda theta: graph(theta, *args[n:]), *args[:n]))(*example, *tensors)
 
-        def spliced():
+        def spliced(step=step, example=example, tensors=tensors, graph=graph):
             return _traced_with(step, graph, example, tensors)
 
-        seconds = {"make_fx": [], "spliced": []}
+        ways[name] = (retraced, spliced)
+    for name, (before, now) in ways.items():
+        seconds = {"make_fx": [], "now": []}
         for _ in range(rounds):
-            for way, trace in (("make_fx", retraced), ("spliced", spliced)):
+            for way, trace in (("make_fx", before), ("now", now)):
                 start = time.perf_counter()
                 trace()
                 seconds[way].append(time.perf_counter() - start)
         s = {way: statistics.median(t) for way, t in seconds.items()}
-        print(f"  {name:6s} traced through make_fx {s['make_fx']:.3f} s, spliced {s['spliced']:.3f} s")
-        print(f"ratio spliced/make_fx [{model}, {name}] = {s['spliced'] / s['make_fx']:.2f}")
+        label = "trace_aten" if name == "potential" else "spliced"
+        print(f"  {name:9s} traced through make_fx {s['make_fx']:.3f} s, {label} {s['now']:.3f} s")
+        print(f"ratio {label}/make_fx [{model}, {name}] = {s['now'] / s['make_fx']:.2f}")
+
+
+def dynamo_import_seconds() -> float:
+    """Seconds to import ``torch._dynamo`` in a new process that has imported torch, pyro and pyro_bdl: what
+    ``make_fx`` and ``torch.func.grad_and_value`` cost a process once, and a traced fit no longer does."""
+    import subprocess
+    import sys
+
+    code = ("import time, torch, pyro, pyro_bdl; t = time.perf_counter(); import torch._dynamo; "
+            "print(time.perf_counter() - t)")
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def operand_costs(calls: int, rounds: int) -> None:
@@ -211,7 +236,11 @@ def main(argv=None):
                 print(f"ratio {way}/torchscript [{name}, {step}] = {us[way] / us['torchscript']:.2f}")
             print(f"ratio + buffered forms/+ static runtime [{name}, {step}] = "
                   f"{us['+ buffered forms'] / us['+ static runtime']:.2f}")
-    print(f"building the steps: seconds to trace each with the potential, median of {rounds} alternating rounds")
+    print(f"building the steps: seconds to trace the potential and each step with it, median of {rounds} "
+          f"alternating rounds")
+    imports = [dynamo_import_seconds() for _ in range(1 if args.quick else 3)]
+    print(f"  importing torch._dynamo (make_fx and grad_and_value need it; once a process): "
+          f"{' '.join(f'{t:.2f}' for t in imports)} s")
     for name, calls_of_model in traces.items():
         print(name)
         trace_seconds(name, calls_of_model, rounds)

@@ -196,6 +196,8 @@ def test_step_runtime_quick_run_times_the_ways_that_agree_and_the_traces(tmp_pat
         assert f"ratio + buffered forms/+ static runtime [eight schools, 4 chains, {step}] = " in out, out
     for step in ("leaf", "merge"):
         assert f"ratio spliced/make_fx [eight schools, 4 chains, {step}] = " in out, out
+    assert "ratio trace_aten/make_fx [eight schools, 4 chains, potential] = " in out, out
+    assert "importing torch._dynamo (make_fx and grad_and_value need it; once a process): " in out, out
     assert "ratio + simplify/torchscript [bnn 10-20-1 n=50, 1 chain, leaf, all building] = " in out, out
     assert "ratio number/tensor operand [x * 0.5, static runtime] = " in out, out
     assert "MISMATCH" not in out, out

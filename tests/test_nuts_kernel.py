@@ -324,6 +324,21 @@ def test_a_model_reading_its_data_through_numpy_runs_vmapped_with_one_warning_an
         _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
 
 
+def test_the_eager_potential_takes_points_made_in_inference_mode():
+    """The static runtime's outputs are inference tensors, which autograd refuses to differentiate by: the eager
+    forms (vmap and the loop over chains) copy such a point first."""
+    data = _constrained_data()
+    potential = FlatPotential(constrained_model, data, compile=False)
+    tensors = potential.data_tensors(data)
+    theta = torch.randn(3, potential.dim, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        frozen = theta.clone()
+    assert frozen.is_inference()
+    for form in (potential._vmapped, potential._looped):
+        for got, want in zip(form(frozen, *tensors), form(theta, *tensors)):
+            assert torch.allclose(got, want)
+
+
 def test_potential_matches_pyro_potential_and_is_shared_across_fits():
     from pyro.infer.mcmc.util import initialize_model
 

@@ -1,8 +1,9 @@
 r"""Constant folding and simplification of a traced ``torch.fx`` graph: what the traced sampler step need not redo.
 
 A model's potential traced to ATen operations (:func:`~pyro_bdl.inference.aten_trace.trace_aten`) keeps every
-operation Pyro ran, including those whose values are fixed once the shapes are: the log of a constant noise scale broadcast to every row, ``zeros_like`` of a parameter for
-an identity transform's log-Jacobian, a constant turned into a tensor.  Whatever runs the traced step pays for
+operation Pyro ran, including those whose values are fixed once the shapes are: the log of a constant noise scale
+broadcast to every row, ``zeros_like`` of a parameter for an identity transform's log-Jacobian, a constant turned
+into a tensor.  Whatever runs the traced step pays for
 every operation, so these cost real time on a small model (benchmarks/RESULTS.md, "NUTS speed").
 :func:`fold_constants` evaluates, once, every operation whose inputs are constants (and the tensor creators whose
 value follows from a shape: ``zeros_like``, ``new_zeros``, ``ones_like``, ``full_like``, ...), stores the result on

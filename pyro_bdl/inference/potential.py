@@ -203,7 +203,7 @@ class FlatPotential:
         """(dU/dtheta (chains, D), U (chains,)) at theta (chains, D), eagerly: U mapped over the chains by
         ``torch.func.vmap``, its gradient by autograd (the chains are independent: the gradient of their sum is
         each chain's own).  Not ``torch.func.grad_and_value``, which imports ``torch._dynamo`` (seconds)."""
-        theta = theta.detach().requires_grad_()
+        theta = _differentiable(theta)
         with torch.enable_grad():
             u = torch.func.vmap(self._potential, in_dims=(0,) + (None,) * len(tensors))(theta, *tensors)
             grad, = torch.autograd.grad(u.sum(), theta)
@@ -211,7 +211,7 @@ class FlatPotential:
 
     def _looped(self, theta: torch.Tensor, *tensors) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`_vmapped`, one chain at a time (for a model ``vmap`` cannot map)."""
-        theta = theta.detach().requires_grad_()
+        theta = _differentiable(theta)
         with torch.enable_grad():
             u = torch.stack([self._potential(t, *tensors) for t in theta])
             grad, = torch.autograd.grad(u.sum(), theta)
@@ -295,6 +295,12 @@ class FlatPotential:
         self._mode = mode
         warnings.warn(f"the model's potential runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
                       stacklevel=4)
+
+
+def _differentiable(theta: torch.Tensor) -> torch.Tensor:
+    """``theta`` as a new leaf that autograd differentiates by; a copy where it was made in inference mode (the
+    static runtime's outputs are), which autograd refuses."""
+    return (theta.clone() if theta.is_inference() else theta.detach()).requires_grad_()
 
 
 def _shape_env_context():
