@@ -68,14 +68,16 @@ def test_arguments_and_results_must_be_tensors():
         trace_aten(lambda x: (x, 3), torch.ones(2))
 
 
-def test_a_nuts_fit_imports_neither_dynamo_nor_inductor():
+def test_a_nuts_fit_imports_neither_dynamo_nor_inductor(tmp_path):
     """torch._dynamo takes 1.6-2.9 s to import on this machine (benchmarks/RESULTS.md): a traced fit does without."""
     code = textwrap.dedent("""
         import sys, pyro_bdl
         pyro_bdl.fit("blr", data="linear", inference="nuts", samples=50, warmup=50, progress=False)
         print(sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    # run outside the checkout, so that the installed package is imported
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True,
+                         cwd=tmp_path)
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
