@@ -339,6 +339,28 @@ def test_the_eager_potential_takes_points_made_in_inference_mode():
             assert torch.allclose(got, want)
 
 
+def test_a_coordinate_the_potential_does_not_read_has_a_zero_gradient():
+    """A site whose density is masked out and that nothing else reads: autograd finds no path to it (functorch's
+    grad gave zeros, and so does the potential)."""
+    def model(y):
+        pyro.sample("free", dist.Normal(0.0, 1.0).mask(False))
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    def nothing_read(y):
+        pyro.sample("free", dist.Normal(0.0, 1.0).mask(False))
+
+    theta = torch.randn(3, 2, generator=torch.Generator().manual_seed(0))
+    potential = FlatPotential(model, {"y": torch.tensor(0.5)}, compile=False)
+    u, grad = potential.value_and_grad(theta, potential.data_tensors({"y": torch.tensor(0.5)}))
+    index = potential.sites.index("free")
+    assert potential.mode == "traced" and torch.equal(grad[:, index], torch.zeros(3))
+    assert torch.allclose(grad[:, 1 - index], theta[:, 1 - index] - (0.5 - theta[:, 1 - index]))
+    flat = FlatPotential(nothing_read, {"y": torch.tensor(0.5)}, compile=False)
+    u, grad = flat.value_and_grad(theta[:, :1], flat.data_tensors({"y": torch.tensor(0.5)}))
+    assert torch.equal(u, torch.zeros(3)) and torch.equal(grad, torch.zeros(3, 1))
+
+
 def test_potential_matches_pyro_potential_and_is_shared_across_fits():
     from pyro.infer.mcmc.util import initialize_model
 

@@ -206,16 +206,14 @@ class FlatPotential:
         theta = _differentiable(theta)
         with torch.enable_grad():
             u = torch.func.vmap(self._potential, in_dims=(0,) + (None,) * len(tensors))(theta, *tensors)
-            grad, = torch.autograd.grad(u.sum(), theta)
-        return grad, u.detach()
+        return _gradient(u, theta), u.detach()
 
     def _looped(self, theta: torch.Tensor, *tensors) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`_vmapped`, one chain at a time (for a model ``vmap`` cannot map)."""
         theta = _differentiable(theta)
         with torch.enable_grad():
             u = torch.stack([self._potential(t, *tensors) for t in theta])
-            grad, = torch.autograd.grad(u.sum(), theta)
-        return grad, u.detach()
+        return _gradient(u, theta), u.detach()
 
     def _build(self, theta, tensors):
         try:
@@ -301,6 +299,13 @@ def _differentiable(theta: torch.Tensor) -> torch.Tensor:
     """``theta`` as a new leaf that autograd differentiates by; a copy where it was made in inference mode (the
     static runtime's outputs are), which autograd refuses."""
     return (theta.clone() if theta.is_inference() else theta.detach()).requires_grad_()
+
+
+def _gradient(u: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """d(sum u)/d theta, zero where u does not depend on theta (a site whose density is flat, as
+    ``ImproperUniform``'s, and that nothing else reads)."""
+    grad = torch.autograd.grad(u.sum(), theta, allow_unused=True)[0] if u.requires_grad else None
+    return torch.zeros_like(theta) if grad is None else grad
 
 
 def _shape_env_context():
