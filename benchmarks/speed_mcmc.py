@@ -398,15 +398,20 @@ def workload_digits(args):
     print(f"floor x steps: {floor * steps:.0f} s (the run: {seconds:.0f} s)")
 
 
+def _eight_schools(ppl, dist, y, sigma):
+    """Non-centred eight schools in a PPL with Pyro's API (``ppl``: pyro or numpyro; ``dist``: its distributions)."""
+    mu = ppl.sample("mu", dist.Normal(0.0, 5.0))
+    tau = ppl.sample("tau", dist.HalfCauchy(5.0))
+    with ppl.plate("schools", len(y)):
+        eta = ppl.sample("eta", dist.Normal(0.0, 1.0))
+        ppl.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
+
+
 def eight_schools(y, sigma):
     import pyro
     import pyro.distributions as dist
 
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", len(y)):
-        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
-        pyro.sample("obs", dist.Normal(mu + tau * eta, sigma), obs=y)
+    _eight_schools(pyro, dist, y, sigma)
 
 
 def np_eight_schools(y, sigma):
@@ -414,11 +419,7 @@ def np_eight_schools(y, sigma):
     import numpyro
     import numpyro.distributions as nd
 
-    mu = numpyro.sample("mu", nd.Normal(0.0, 5.0))
-    tau = numpyro.sample("tau", nd.HalfCauchy(5.0))
-    with numpyro.plate("schools", len(y)):
-        eta = numpyro.sample("eta", nd.Normal(0.0, 1.0))
-        numpyro.sample("obs", nd.Normal(mu + tau * eta, sigma), obs=y)
+    _eight_schools(numpyro, nd, y, sigma)
 
 
 SCHOOLS_Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]

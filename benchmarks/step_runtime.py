@@ -124,12 +124,11 @@ def trace_seconds(model: str, calls: dict, rounds: int) -> None:
     from pyro_bdl.inference.aten_trace import trace_aten
     from pyro_bdl.inference.potential import _traced_with
 
-    potential = next(iter(calls.values()))[3]
-    theta, tensors = next(iter(calls.values()))[1][0].clone(), next(iter(calls.values()))[2]
-    vmapped = torch.func.vmap(torch.func.grad_and_value(potential._potential), in_dims=(0,) + (None,) * len(tensors))
-    ways = {"potential": (lambda: make_fx(vmapped)(theta, *tensors), lambda: trace_aten(potential._vmapped, theta,
-                                                                                          *tensors))}
-    for name, (step, example, tensors, potential) in calls.items():
+    _, first_example, data, potential = next(iter(calls.values()))  # every step of a model shares its potential
+    theta = first_example[0].clone()  # (the static runtime's outputs are inference tensors)
+    vmapped = torch.func.vmap(torch.func.grad_and_value(potential._potential), in_dims=(0,) + (None,) * len(data))
+    ways = {"potential": (lambda: make_fx(vmapped)(theta, *data), lambda: trace_aten(potential._vmapped, theta, *data))}
+    for name, (step, example, tensors, _) in calls.items():
         graph, n = potential._graph, len(example)
 
         def retraced(step=step, example=example, tensors=tensors, graph=graph, n=n):

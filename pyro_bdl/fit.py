@@ -96,11 +96,11 @@ def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
     if given != wanted:
         raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "
                          f"{sorted(data)}; or pass a Dataset, a CSV path or an embedded data set's name")
-    target = None if spec.target is None else torch.as_tensor(data[spec.target])
+    target = None if spec.target is None else _argument_tensor(data, spec.target)
     if spec.features is None:  # the coin: its flips are its data
         X = torch.zeros(0 if target is None else len(target), 0)
     else:
-        X = torch.as_tensor(data[spec.features])
+        X = _argument_tensor(data, spec.features)
         X = X if X.is_floating_point() else X.float()
         if X.dim() != 2:
             raise DataError(f"argument '{spec.features}' must be (rows, features), got shape {tuple(X.shape)}")
@@ -108,6 +108,14 @@ def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
         raise DataError(f"argument '{spec.target}' must be one value per row of '{spec.features}' ({len(X)}), got "
                         f"shape {tuple(target.shape)}")
     return Dataset("data", X, target, [f"x{j}" for j in range(X.shape[1])], spec.target)
+
+
+def _argument_tensor(data: dict, name: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(data[name])
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise DataError(f"argument '{name}' must be an array of numbers, got {type(data[name]).__name__}: "
+                        f"{error}") from None
 
 
 def fit(

@@ -303,6 +303,10 @@ def test_a_zoo_models_data_as_a_dict_is_a_data_set_checked_standardised_and_deci
         pyro_bdl.fit("blr", {"X": X[:, 0], "y": y.float()}, inference="map", progress=False)
     with pytest.raises(DataError, match="'y' must be one value per row"):
         pyro_bdl.fit("blr", {"X": X, "y": y[:10].float()}, inference="map", progress=False)
+    with pytest.raises(DataError, match="argument 'X' must be an array of numbers, got str"):
+        pyro_bdl.fit("blr", {"X": "abc", "y": y.float()}, inference="map", progress=False)
+    with pytest.raises(DataError, match="argument 'y' must be an array of numbers, got list"):
+        pyro_bdl.fit("blr", {"X": X, "y": ["a"] * len(X)}, inference="map", progress=False)
     flips = torch.tensor([1.0, 0.0, 1.0, 1.0])  # a model with no features: the dict is its target alone
     coin = pyro_bdl.fit("coin", {"y": flips}, inference="map", progress=False, steps=200)
     same = pyro_bdl.fit("coin", pyro_bdl.Dataset("flips", torch.zeros(4, 0), flips, [], "y"), inference="map",
