@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 
 def noisy(ds, sd: float, seed: int = 0):
-    from pyro_bdl.data import Dataset
+    from pyro_bdl.data.table import Dataset
 
     g = torch.Generator().manual_seed(seed)
     X = (ds.X + sd * torch.randn(ds.X.shape, generator=g)).clamp(0, 1)
@@ -55,7 +55,7 @@ def noisy(ds, sd: float, seed: int = 0):
 def full_depth_net(train, width, blocks, epochs, lr, batch=128, seed=0):
     """The same ResidualHeads trained on its last head only: Adam, ``lr`` held for half the steps, then decayed
     geometrically to lr / 100 (the engine's schedule)."""
-    from pyro_bdl.depth_networks import ResidualHeads
+    from pyro_bdl.models.adaptive_depth.networks import ResidualHeads
 
     torch.manual_seed(seed)
     net = ResidualHeads(train.X.shape[1], int(train.y.max()) + 1, width, blocks)
@@ -87,10 +87,10 @@ def fit_model(train, options, epochs, lr, elbo="enum", seed=0, **settings):
 def data_sets(name, seed, args):
     """(train, test) of data set ``name`` for ``seed``."""
     import pyro_bdl
-    from pyro_bdl.datasets import split_dataset
+    from pyro_bdl.data.embedded import split_dataset
 
     if name == "mnist":
-        from pyro_bdl.images import mnist_split
+        from pyro_bdl.data.images import mnist_split
 
         return mnist_split(args.mnist, seed=seed)
     train, test = split_dataset(pyro_bdl.load("digits-01"), 0.25, seed=seed, stratify=True)
@@ -100,17 +100,17 @@ def data_sets(name, seed, args):
 
 
 def ood_sets(test):
-    from pyro_bdl.datasets import digits_ood
+    from pyro_bdl.data.embedded import digits_ood
 
     return {"noise": digits_ood(test, "noise").X / 16.0, "rotated": digits_ood(test, "rotated").X}
 
 
 def measure(name, seed, args):
     """One seed of table 1: per row label, (accuracy, mean blocks, multiply-adds, ECE, AUROCs); the model's fit."""
-    from pyro_bdl.depth_decisions import RULES, decide
-    from pyro_bdl.depth_networks import multiply_adds
-    from pyro_bdl.depth_report import depth_inputs, posterior_depth
-    from pyro_bdl.uncertainty import auroc, expected_calibration_error
+    from pyro_bdl.models.adaptive_depth.decisions import RULES, decide
+    from pyro_bdl.models.adaptive_depth.networks import multiply_adds
+    from pyro_bdl.models.adaptive_depth.report import depth_inputs, posterior_depth
+    from pyro_bdl.posterior.uncertainty import auroc, expected_calibration_error
 
     train, test = data_sets(name, seed, args)
     early = {k: v for k, v in (("validation", args.validation), ("patience", args.patience)) if v is not None}
@@ -182,8 +182,8 @@ def table_rules(name, args):
 
 def harder_inputs(fit, test, args, out):
     """Posterior mean depth and chosen blocks on clean vs noisy test images and on correct vs wrong rows."""
-    from pyro_bdl.depth_decisions import decide
-    from pyro_bdl.depth_report import depth_inputs, posterior_depth
+    from pyro_bdl.models.adaptive_depth.decisions import decide
+    from pyro_bdl.models.adaptive_depth.report import depth_inputs, posterior_depth
 
     y = test.y.long()
     L = args.blocks
@@ -205,7 +205,7 @@ def harder_inputs(fit, test, args, out):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from pyro_bdl.depth_plots import plot_depth_histogram, plot_depth_posterior
+        from pyro_bdl.models.adaptive_depth.plots import plot_depth_histogram, plot_depth_posterior
 
         fig = plt.figure(figsize=(15, 4), layout="constrained")
         left, right = fig.subfigures(1, 2, width_ratios=[1.1, 1])
@@ -243,9 +243,9 @@ def guide_grad_variance(model, guide, loss, batch, draws, warmup=50):
 def table_estimators(train, test, args):
     from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO, config_enumerate
 
-    from pyro_bdl.depth_decisions import decide
-    from pyro_bdl.depth_report import depth_inputs, posterior_depth
-    from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
+    from pyro_bdl.models.adaptive_depth.decisions import decide
+    from pyro_bdl.models.adaptive_depth.report import depth_inputs, posterior_depth
+    from pyro_bdl.models.adaptive_depth.model import adaptive_depth_resnet, depth_guide
 
     base = {"width": args.width, "blocks": args.blocks, "rate": args.rate, "num_classes": int(train.y.max()) + 1}
     fits = {}
@@ -262,7 +262,7 @@ def table_estimators(train, test, args):
     rows_ = torch.randperm(len(train.X), generator=g)[:128]
     batch = (train.X[rows_], train.y[rows_])
     variances = {}
-    from pyro_bdl.depth_networks import DepthGuide
+    from pyro_bdl.models.adaptive_depth.networks import DepthGuide
 
     fresh = DepthGuide(args.width, args.blocks)
     for point in ("trained", "fresh"):

@@ -62,10 +62,10 @@ import pyro
 from pyro import poutine
 from pyro.optim.clipped_adam import ClippedAdam
 
-from pyro_bdl.inference import get_method, jit
+from pyro_bdl.inference import get_method, compiled_elbo as jit
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import FINAL_LR_FRACTION, make_elbo, make_svi
-from pyro_bdl.networks import bbb_guide
+from pyro_bdl.models.networks import bbb_guide
 from pyro_bdl.registry import get_model
 
 LOSS_RTOL = 1e-4  # loss agreement at identical draws (float32 sums in different orders)

@@ -193,7 +193,7 @@ def replay_set(name: str) -> list:
     if name == "workloads":
         import speed_mcmc
 
-        from pyro_bdl.datasets import load
+        from pyro_bdl.data.embedded import load
         from pyro_bdl.registry import get_model
 
         schools = {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
@@ -248,8 +248,8 @@ def run(member: Member, mode: str) -> Run:
     """One NUTS run of ``member`` on a fresh potential, mode never / always / auto."""
     import pyro
 
-    from pyro_bdl.inference import nuts_kernel, potential
-    from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel, potential
+    from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 
     potential._CACHE.clear()
     threshold = nuts_kernel.COMPILE_AFTER_STEPS
@@ -296,7 +296,7 @@ def run(member: Member, mode: str) -> Run:
 def compile_draw(per_draw: list, warmup: int, depth: int = 10, threshold: float | None = None) -> int | None:
     """The draw before which auto's rule compiles, replayed on a run's per-draw steps (None: it stays traced);
     ``threshold``: in place of ``COMPILE_AFTER_STEPS``."""
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     saved = nuts_kernel.COMPILE_AFTER_STEPS
     if threshold is not None:
@@ -326,7 +326,7 @@ def replay(args) -> None:
 
     import torch
 
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     torch.set_num_threads(args.threads)
     if args.load:
@@ -422,7 +422,7 @@ def main(argv=None):
 
     import torch
 
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     warmup, samples = default_draws(args.quick)
     modes = ("never", "auto") if args.quick else ("never", "always", "auto")

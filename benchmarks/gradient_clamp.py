@@ -34,8 +34,9 @@ import torch
 import pyro_bdl
 import pyro_bdl.inference.svi as svi_module
 from pyro_bdl.cli import parse_key_values
-from pyro_bdl.datasets import digits_ood, digits_split, load_uci
-from pyro_bdl.reports import classification_report, evaluate_fit, gap_report
+from pyro_bdl.data.embedded import digits_ood, digits_split, load_uci
+from pyro_bdl.posterior.evaluation import classification_report, evaluate_fit
+from pyro_bdl.studies.gap import gap_report
 
 
 def sine_row(method: str, settings: dict) -> str:

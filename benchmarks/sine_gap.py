@@ -12,19 +12,19 @@ model (``prior_scale``, ``noise``, ``activation``, ``prior``, ``likelihood``), e
 ``svi:50,50:steps=10000:grad_clamp=10`` or ``svi::activation=tanh`` (default widths); or
 ``METHOD@in-between``, the settings ``IN_BETWEEN`` (models/bnn.py, ``pyro-bdl describe bnn-regressor``)
 recommends for that method.  Every fit uses seed 0, or each of ``--seeds 0 1 2 3 4``, on the embedded
-``sine`` data, or with ``--family`` on each problem of ``pyro_bdl.gap_problems.gap_family`` (other
+``sine`` data, or with ``--family`` on each problem of ``pyro_bdl.data.gap.gap_family`` (other
 curves, gap widths and places, noise levels and sizes).  One line per fit:
 
 * ``gap/data``: mean predictive sd in the middle of the gap (on sine |x| < 0.25) over the mean sd where
   the data lie (0.4 < |x| < 0.95): the issue-3 criterion is >= 2;
 * ``epistemic`` sd in the data and in the gap, and ``aleatoric`` sd (the noise), in the data's units (the
-  tables' ``epistemic gap/data`` is their ratio: reported, not judged; see ``pyro_bdl.gap_problems``);
+  tables' ``epistemic gap/data`` is their ratio: reported, not judged; see ``pyro_bdl.data.gap``);
 * ``rmse``: the predictive mean against the true curve where the data lie, and as a multiple of the
   noise sd (``x noise``; the criterion is <= 2: on sine 0.1);
 * ``gap|z|``: the mean |truth - mean| / sd in the middle of the gap (the criterion is < 2);
 * ``loss``: the mean of the method's last 200 training losses, when it has them (negative ELBO for
   ``svi``: comparable between runs of one method and architecture, not across them);
-* ``pass`` when all three criteria hold (``pyro_bdl.gap_problems.check_gap``), else what failed.
+* ``pass`` when all three criteria hold (``pyro_bdl.studies.gap.check_gap``), else what failed.
 
 ``--family`` prints a Markdown table after each spec's fits (for benchmarks/RESULTS.md).
 
@@ -45,11 +45,12 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.cli import parse_key_values
-from pyro_bdl.datasets import SINE_PROBLEM as SINE
-from pyro_bdl.gap_problems import GapCheck, GapProblem, gap_family
+from pyro_bdl.data.embedded import SINE_PROBLEM as SINE
+from pyro_bdl.data.gap import GapProblem, gap_family
+from pyro_bdl.studies.gap import GapCheck
 from pyro_bdl.inference import get_method
 from pyro_bdl.models.bnn import IN_BETWEEN
-from pyro_bdl.reports import gap_report
+from pyro_bdl.studies.gap import gap_report
 
 #: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
 MODEL = "bnn-regressor"

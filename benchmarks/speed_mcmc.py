@@ -1,4 +1,4 @@
-"""NUTS speed: the zoo's kernel (pyro_bdl.inference.zoo_mcmc) against Pyro's NUTS and, when installed
+"""NUTS speed: the zoo's kernel (pyro_bdl.inference.mcmc.zoo) against Pyro's NUTS and, when installed
 (``pip install numpyro jax``, the ``bench`` extra), NumPyro's, on the workloads of issue 18.
 
 Workloads (``--quick`` shrinks every run for the smoke test):
@@ -69,7 +69,7 @@ class _ZooRecorder:
     are the potential's own count of its evaluations."""
 
     def __enter__(self):
-        import pyro_bdl.inference.zoo_mcmc as zoo_mcmc
+        import pyro_bdl.inference.mcmc.zoo as zoo_mcmc
 
         self.module, self.original, self.seen = zoo_mcmc, zoo_mcmc.flat_potential, []
 
@@ -98,7 +98,7 @@ def run_zoo(model, data, *, chains, warmup, samples, seed, jit, max_tree_depth=1
     """The zoo's NUTS through its runner; jit: True (compiled from the start) or False (the default: auto)."""
     import pyro
 
-    from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+    from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
@@ -113,7 +113,7 @@ def run_zoo(model, data, *, chains, warmup, samples, seed, jit, max_tree_depth=1
 def run_pyro(model, data, *, chains, warmup, samples, seed, max_tree_depth=10):
     import pyro
 
-    from pyro_bdl.inference.mcmc import run_mcmc
+    from pyro_bdl.inference.mcmc.methods import run_mcmc
 
     counter = _Counter()
     restore = _count_pyro_leapfrogs(counter)
@@ -168,7 +168,7 @@ def _blr_data(n, d, seed=0):
 
 
 def workload_blr(args):
-    from pyro_bdl.inference.potential import _CACHE
+    from pyro_bdl.inference.mcmc.potential import _CACHE
     from pyro_bdl.registry import get_model
 
     n, d = (200, 10) if args.quick else (1000, 10)
@@ -243,7 +243,7 @@ def _floors(model, data, chains=1, reps=200, modes=(False, True)):
     """Seconds of one bare potential+gradient evaluation, traced and compiled: {mode: (seconds, build seconds)}."""
     import torch
 
-    from pyro_bdl.inference.potential import FlatPotential
+    from pyro_bdl.inference.mcmc.potential import FlatPotential
 
     floors = {}
     for compile_ in modes:
@@ -282,8 +282,8 @@ def _leaf_against_floor(model, data, reps=100, rounds=5):
     both compiled the same way and timed in alternating rounds (robust to a varying load): ms, ms."""
     import torch
 
-    from pyro_bdl.inference import nuts_kernel
-    from pyro_bdl.inference.potential import FlatPotential
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc.potential import FlatPotential
 
     potential = FlatPotential(model, data, compile=False)
     tensors = potential.data_tensors(data)
@@ -337,7 +337,7 @@ def _print_ratios(per_step, floors, workload):
 
 
 def workload_bnn(args):
-    from pyro_bdl.datasets import load
+    from pyro_bdl.data.embedded import load
     from pyro_bdl.registry import get_model
 
     spec = get_model("bnn-regressor")
@@ -368,7 +368,7 @@ def workload_bnn(args):
 def workload_digits(args):
     """Notebook 02's NUTS on the digits net (bnn-classifier, 64-50-10), through pyro_bdl.fit as a user runs it."""
     import pyro_bdl
-    from pyro_bdl.datasets import digits_split
+    from pyro_bdl.data.embedded import digits_split
 
     train, _ = digits_split()
     warmup, samples, depth = (5, 5, 4) if args.quick else (200, 200, 10)

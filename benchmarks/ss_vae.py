@@ -2,7 +2,7 @@
 classifier network trained on the labelled images alone, and against logistic regression on the latent means of a
 plain VAE trained on all the images (representation learning).
 
-Data: the MNIST 8,000 / 2,000 split of the official test images (:func:`pyro_bdl.images.mnist_split`), with the
+Data: the MNIST 8,000 / 2,000 split of the official test images (:func:`pyro_bdl.data.images.mnist_split`), with the
 labels of ``--per-class`` training images of each class kept (10: 100 labels) and the others hidden (-1).
 Kingma et al. (2014) report about 88% (M2, 100 labels, trained on the 50k MNIST training images; not checked against
 the paper here); the data here differ (8,000 images), so the numbers are not directly comparable.
@@ -44,7 +44,7 @@ def keep_labels(y: torch.Tensor, per_class: int, seed: int = 0) -> torch.Tensor:
 def classifier_alone(X: torch.Tensor, y: torch.Tensor, hidden: int, steps: int, seed: int = 0):
     """The ss-VAE's classifier network (D-hidden-C, softplus) trained on the labelled rows alone (full batch, Adam
     1e-3, weight decay 1e-4); returns the predict function."""
-    from pyro_bdl.image_networks import classifier
+    from pyro_bdl.nn.image_networks import classifier
 
     torch.manual_seed(seed)
     net = classifier(X.shape[1], int(y.max()) + 1, (hidden,))
@@ -78,9 +78,9 @@ def main(argv=None) -> None:
     from sklearn.linear_model import LogisticRegression
 
     import pyro_bdl
-    from pyro_bdl.datasets import split_dataset
-    from pyro_bdl.generative import evaluate_classifier, latents
-    from pyro_bdl.images import mnist_split
+    from pyro_bdl.data.embedded import split_dataset
+    from pyro_bdl.posterior.amortised import evaluate_classifier, latents
+    from pyro_bdl.data.images import mnist_split
 
     if args.quick or args.digits:
         train, test = split_dataset(pyro_bdl.load("digits-01"), 0.2, seed=args.seed, stratify=True)

@@ -41,8 +41,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning)
     import pyro_bdl
-    from pyro_bdl.datasets import split_dataset
-    from pyro_bdl.images import mnist_split
+    from pyro_bdl.data.embedded import split_dataset
+    from pyro_bdl.data.images import mnist_split
 
     if args.quick:
         train, test = split_dataset(pyro_bdl.load("digits-01"), 0.2, seed=args.seed, stratify=True)
@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     pyro.clear_param_store()
     svi = SVI(module.ss_vae, module.ss_guide, pyro.optim.Adam({"lr": args.lr}), TraceEnum_ELBO(max_plate_nesting=1))
 
-    from pyro_bdl.image_networks import classifier, registered
+    from pyro_bdl.nn.image_networks import classifier, registered
 
     steps = math.ceil(len(y) / args.batch_size)
     print(f"aux_weight {args.aux_weight:g}, lr {args.lr:g}, latent {args.latent}, hidden {args.hidden}, "

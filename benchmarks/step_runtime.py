@@ -58,8 +58,8 @@ def models(quick: bool) -> dict:
 def _steps(model, data, chains):
     """The fused leaf's and merge's FX graphs and example arguments, captured from a short run (by the step each
     fuse call is for, not by the order of the calls)."""
-    from pyro_bdl.inference import nuts_kernel
-    from pyro_bdl.inference import potential as potential_module
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import potential as potential_module
 
     names = {nuts_kernel._nuts_leaf: "leaf", nuts_kernel._merge_subtree: "merge"}
     fixed_names = {nuts_kernel._nuts_leaf: "leaf, all building", nuts_kernel._merge_subtree: "merge, all active"}
@@ -92,7 +92,7 @@ def _steps(model, data, chains):
 def _ways(gm, example) -> dict:
     import torch
 
-    from pyro_bdl.inference import graph_folding, scripted
+    from pyro_bdl.inference.compile import graph_folding, static_runtime as scripted
 
     def traced(graph):
         with torch.no_grad(), warnings.catch_warnings():
@@ -121,8 +121,8 @@ def trace_seconds(model: str, calls: dict, rounds: int) -> None:
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from pyro_bdl.inference.aten_trace import trace_aten
-    from pyro_bdl.inference.potential import _traced_with
+    from pyro_bdl.inference.compile.aten_trace import trace_aten
+    from pyro_bdl.inference.mcmc.potential import _traced_with
 
     _, first_example, data, potential = next(iter(calls.values()))  # every step of a model shares its potential
     theta = first_example[0].clone()  # (the static runtime's outputs are inference tensors)

@@ -60,16 +60,16 @@ def synthetic(n: int, seed: int = 0):
 def active_units(fit, test, threshold: float = 0.01) -> int:
     """Latent coordinates in use: those whose q(z | x) mean varies over the test rows (variance > ``threshold``,
     Burda et al. 2016's activity criterion); a coordinate at the prior for every row carries nothing."""
-    from pyro_bdl.generative import latents
+    from pyro_bdl.posterior.amortised import latents
 
     return int((latents(fit, test)["z"][0].var(0) > threshold).sum())
 
 
 def data_sets(args):
     import pyro_bdl
-    from pyro_bdl.data import Dataset
-    from pyro_bdl.datasets import split_dataset
-    from pyro_bdl.images import mnist_split
+    from pyro_bdl.data.table import Dataset
+    from pyro_bdl.data.embedded import split_dataset
+    from pyro_bdl.data.images import mnist_split
 
     digits = pyro_bdl.load("digits-01")
     train, test = split_dataset(digits, 0.2, seed=0, stratify=True)
@@ -103,8 +103,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=UserWarning)
     import pyro_bdl
-    from pyro_bdl.data import Dataset
-    from pyro_bdl.generative import evaluate
+    from pyro_bdl.data.table import Dataset
+    from pyro_bdl.posterior.amortised import evaluate
 
     lrs = [float(v) for v in args.lrs.split(",")]
     budgets = [(None, None) if v == "default" else tuple(int(p) for p in v.split(":")) for v in args.budgets.split(",")]

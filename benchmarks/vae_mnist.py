@@ -2,7 +2,7 @@
 log p(x) per image, the IWAE-trained model against the ELBO-trained one, and out-of-domain detection by log p(x).
 
 Data: the official MNIST test images (``shared/data/mnist-t10k``) split 8,000 train / 2,000 test with a fixed
-seed (:func:`pyro_bdl.images.mnist_split`); the Pyro tutorial's -101 nats test ELBO is after training on the
+seed (:func:`pyro_bdl.data.images.mnist_split`); the Pyro tutorial's -101 nats test ELBO is after training on the
 60k training images, so the numbers are not directly comparable.  Out of domain: the test digits against
 uniform noise images, the test digits rotated by 90 degrees, and inverted (1 - pixel); the score is -log p(x)
 (IS with ``--ood-samples`` draws) for the VAE, and for contrast the reconstruction error (binary cross-entropy)
@@ -88,9 +88,9 @@ def main(argv=None) -> None:
     warnings.filterwarnings("ignore", category=UserWarning)
 
     import pyro_bdl
-    from pyro_bdl.datasets import split_dataset
-    from pyro_bdl.generative import estimate_rows
-    from pyro_bdl.images import mnist_split
+    from pyro_bdl.data.embedded import split_dataset
+    from pyro_bdl.posterior.amortised import estimate_rows
+    from pyro_bdl.data.images import mnist_split
 
     if args.quick:
         train, test = split_dataset(pyro_bdl.load("digits-01"), 0.2, seed=args.seed)

@@ -15,16 +15,20 @@ warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refac
 # Pyro's MCMC imports tqdm.auto, which asks for ipywidgets in Jupyter; the text bar works without.
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from .arviz_io import to_inference_data
-from .data import DataError, Dataset, load_csv
-from .datasets import load
-from .diagnostics import ConvergenceWarning, compare_loo, compare_methods
-from .fit import fit
-from .inference import METHODS
-from .registry import get_model, list_models
-from .result import FitResult
-from .store import load_fit
-from .validate import DataWarning, FitDirectoryError, OutputPathError
+from pyro_bdl.posterior.inference_data import to_inference_data
+from pyro_bdl.data.table import DataError, Dataset, load_csv
+from pyro_bdl.data.embedded import load
+from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods
+from pyro_bdl.inference.base import ConvergenceWarning
+from pyro_bdl.fit import fit
+from pyro_bdl.inference import METHODS
+from pyro_bdl.registry import get_model, list_models
+from pyro_bdl.result import FitResult
+from pyro_bdl.store import load_fit
+from pyro_bdl.data.checks import DataWarning
+from pyro_bdl.storage.paths import FitDirectoryError, OutputPathError
+
+from pyro_bdl import models  # noqa: E402,F401  (last: the zoo registers itself with the engine above)
 
 __version__ = "0.1.0"
 

@@ -21,9 +21,9 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def _cmd_list(args) -> None:
-    from .datasets import EMBEDDED
-    from .inference import METHODS
-    from .registry import list_models
+    from pyro_bdl.data.embedded import EMBEDDED
+    from pyro_bdl.inference import METHODS
+    from pyro_bdl.registry import list_models
 
     print("Models (pyro-bdl describe MODEL for details):")
     for spec in list_models():
@@ -38,8 +38,8 @@ def _cmd_list(args) -> None:
 
 
 def _cmd_describe(args) -> None:
-    from .inference import METHODS
-    from .registry import get_model
+    from pyro_bdl.inference import METHODS
+    from pyro_bdl.registry import get_model
 
     spec = get_model(args.model)
     print(f"{spec.name}: {spec.summary}\n")
@@ -89,14 +89,14 @@ def parse_key_values(pairs, flag: str = "--option") -> dict:
 
 
 def _cmd_fit(args) -> None:
-    from . import fit
-    from .datasets import load
-    from .diagnostics import DIAGNOSTIC_KEYS
-    from .reports import evaluate_fit
-    from .registry import get_model
-    from .store import write_fit
+    from pyro_bdl import fit
+    from pyro_bdl.data.embedded import load
+    from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
+    from pyro_bdl.posterior.evaluation import evaluate_fit
+    from pyro_bdl.registry import get_model
+    from pyro_bdl.store import write_fit
 
-    from .validate import check_out_dir, remove_stale
+    from pyro_bdl.storage.paths import check_out_dir, remove_stale
 
     spec = get_model(args.model)
     if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
@@ -112,7 +112,7 @@ def _cmd_fit(args) -> None:
         0.2 if spec.standardize or spec.evaluate is not None else 0.0)
     test = None
     if test_fraction > 0:
-        from .datasets import split_dataset
+        from pyro_bdl.data.embedded import split_dataset
 
         dataset, test = split_dataset(dataset, test_fraction, seed=args.seed, stratify=spec.task == "classification")
     checkpoint = Path(args.out) / CHECKPOINT
@@ -147,12 +147,12 @@ def _cmd_fit(args) -> None:
 
 
 def _cmd_predict(args) -> None:
-    from .data import load_csv
-    from .files import atomic_write_text
-    from .store import load_fit
-    from .validate import check_out_file
+    from pyro_bdl.data.table import load_csv
+    from pyro_bdl.storage.files import atomic_write_text
+    from pyro_bdl.store import load_fit
+    from pyro_bdl.storage.paths import check_out_file
 
-    from .images import is_image_file, load_images
+    from pyro_bdl.data.images import is_image_file, load_images
 
     check_out_file(args.out)
     result = load_fit(args.fit_dir)
@@ -172,10 +172,10 @@ def _cmd_sample(args) -> None:
     for square images a PNG grid of the means."""
     import numpy as np
 
-    from .files import atomic_write, atomic_write_text
-    from .generative import simulate
-    from .store import load_fit
-    from .validate import check_out_file
+    from pyro_bdl.storage.files import atomic_write, atomic_write_text
+    from pyro_bdl.posterior.amortised import simulate
+    from pyro_bdl.store import load_fit
+    from pyro_bdl.storage.paths import check_out_file
 
     check_out_file(args.out)
     suffix = Path(args.out).suffix.lower()
@@ -193,7 +193,7 @@ def _cmd_sample(args) -> None:
 
         import matplotlib.pyplot as plt
 
-        from .generative import image_grid, square_side
+        from pyro_bdl.posterior.amortised import image_grid, square_side
 
         side = square_side(drawn["mean"].shape[-1])
         if side is None:

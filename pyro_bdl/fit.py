@@ -12,16 +12,16 @@ import numpy as np
 import pyro
 import torch
 
-from .checkpoint import Checkpoint, fingerprint
-from .data import DataError, Dataset, as_model_kwargs, nan_check_kwargs
-from .datasets import load
-from .diagnostics import importance_report, mcmc_report, svi_report
-from .inference import latent_sites, model_params, observed_sites
-from .inference.base import RunContext, with_deterministic
-from .registry import ModelSpec, get_model, resolve, takes_minibatches
-from .result import FitResult
-from .transforms import StandardizedModel, Standardizer
-from .validate import check_training_data
+from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
+from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
+from pyro_bdl.data.embedded import load
+from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
+from pyro_bdl.inference import latent_sites, model_params, observed_sites
+from pyro_bdl.inference.base import RunContext, with_deterministic
+from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
+from pyro_bdl.result import FitResult
+from pyro_bdl.data.transforms import StandardizedModel, Standardizer
+from pyro_bdl.data.checks import check_training_data
 
 __all__ = ["fit"]
 
@@ -137,7 +137,7 @@ def fit(
     ----------
     model : a zoo model name (``pyro-bdl list``) or any Pyro model callable.
     data : for a zoo model, an embedded data set name, a CSV path (with ``target``), a
-        :class:`~pyro_bdl.data.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
+        :class:`~pyro_bdl.data.table.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
         checked and standardised as a data set) (default: the model's embedded data set); for your own
         model, a dict of the keyword arguments it is called with (observed values included).
     inference : ``svi``, ``svi-meanfield``, ``bbvi``, ``nuts``, ``hmc``, ``metropolis``,

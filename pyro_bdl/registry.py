@@ -30,6 +30,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from pyro_bdl.data.embedded import load
+from pyro_bdl.inference.base import latent_sites
+from pyro_bdl.inference.method import METHODS, get_method
+
 __all__ = ["Option", "choice", "ModelSpec", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
 
@@ -92,7 +96,7 @@ class ModelSpec:
     default_data : name of the embedded data set used when none is given.
     traits : what the model is, matched against each method's ``requires``
         (:class:`pyro_bdl.inference.Method`): ``continuous`` (every latent continuous),
-        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.layers.dense`),
+        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.nn.layers.dense`),
         ``amortised`` (every latent local to a row, inferred by the model's own encoder guide; the global
         unknowns are network parameters, learned).
     features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
@@ -100,7 +104,7 @@ class ModelSpec:
     size : the argument that takes the number of rows, for a model without ``features`` (the coin).
     local_latents : latent sites with one value per data point (a VAE's z): summarised by the fit, not
         kept as posterior draws nor sent to ArviZ.
-    check_data : raises :class:`pyro_bdl.data.DataError` for data the model cannot take.
+    check_data : raises :class:`pyro_bdl.data.table.DataError` for data the model cannot take.
     exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
     report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
     posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps,
@@ -161,8 +165,6 @@ class ModelSpec:
     @property
     def methods(self) -> tuple[str, ...]:
         """The inference methods that suit the model: those whose ``requires`` its traits meet."""
-        from .inference import METHODS
-
         return tuple(name for name, method in METHODS.items() if method.suits(self.traits))
 
     @property
@@ -172,7 +174,7 @@ class ModelSpec:
         return doc.split("\nExample\n-------")[0].strip()
 
     def data_kwargs(self, dataset) -> dict:
-        """The model's data arguments from a :class:`~pyro_bdl.data.Dataset`: its features, target and size
+        """The model's data arguments from a :class:`~pyro_bdl.data.table.Dataset`: its features, target and size
         under the names the model gives them."""
         kwargs = {}
         if self.features is not None:
@@ -185,9 +187,6 @@ class ModelSpec:
 
     def sites(self, options: Mapping[str, Any] | None = None) -> list[str]:
         """The latent sample sites with these options, read from a trace on the default data."""
-        from .datasets import load
-        from .inference import latent_sites
-
         dataset = load(self.default_data)
         resolved = self.resolve_options(options)
         if self.infer_options is not None:
@@ -243,7 +242,7 @@ _REGISTRY: dict[str, ModelSpec] = {}
 
 
 def register(spec: ModelSpec) -> ModelSpec:
-    """Add a model to the zoo (called at import time by each file in ``models/``)."""
+    """Add a model to the zoo (called at import time by each model module in :mod:`pyro_bdl.models`)."""
     if spec.features is None and spec.size is None and spec.target is None:
         raise ValueError(f"model '{spec.name}' takes no data argument (features, target or size)")
     _REGISTRY[spec.name] = spec
@@ -289,8 +288,6 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     the problem: an unknown method, a method that does not suit the model, a guide for a method that
     takes none, an unknown setting or a value outside a setting's domain.
     """
-    from .inference import get_method
-
     method = get_method(inference)
     if guide is not None and not method.takes_guide:
         raise ValueError(f"inference '{inference}' takes no guide")
@@ -313,13 +310,8 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     return Plan(method, guide, method.resolve_settings({**model_defaults, **given}))
 
 
-def _load_zoo() -> None:
-    from . import models  # noqa: F401  (importing the package registers every model)
-
-
 def get_model(name: str) -> ModelSpec:
     """The :class:`ModelSpec` registered as ``name``; a clear error for unknown names."""
-    _load_zoo()
     if name not in _REGISTRY:
         raise ValueError(f"unknown model '{name}'; known models: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
@@ -327,5 +319,4 @@ def get_model(name: str) -> ModelSpec:
 
 def list_models() -> list[ModelSpec]:
     """All registered models, sorted by name."""
-    _load_zoo()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]

@@ -13,8 +13,8 @@ import pyro
 import torch
 from torch.distributions import constraints
 
-from .data import Dataset, as_model_kwargs
-from .predictive import PredictiveDraws, predictive_draws, summarise
+from pyro_bdl.data.table import Dataset, as_model_kwargs
+from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
 
 __all__ = ["FitResult"]
 
@@ -36,7 +36,7 @@ class FitResult:
     guide : the fitted guide (SVI-type methods).
     spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
     standardizer : the transform fitted on the training data (zoo models with ``standardize``):
-        ``model`` is then a :class:`~pyro_bdl.transforms.StandardizedModel`, so ``data``, predictions and
+        ``model`` is then a :class:`~pyro_bdl.data.transforms.StandardizedModel`, so ``data``, predictions and
         the InferenceData are in the data's units, while the latent draws (weights, a noise sd) are in the
         standardised units the network works in (:attr:`standardized_data` is what it saw).
     params : the model's learned parameters (``pyro.param`` / ``pyro.module`` sites of the model, not
@@ -79,7 +79,7 @@ class FitResult:
     @property
     def point_estimate(self) -> bool:
         """True for a method that returns one point (MAP, MLE): ``samples`` hold a single draw."""
-        from .inference import METHODS
+        from pyro_bdl.inference import METHODS
 
         method = METHODS.get(self.method)
         return method.point_estimate if method is not None else self.num_draws == 1
@@ -88,7 +88,7 @@ class FitResult:
     def predicting_model(self) -> Callable:
         """What the draws predict through: the model, or what the method declares
         (:attr:`~pyro_bdl.inference.Method.predictive_model`, e.g. ``laplace-ggn``'s linearised network)."""
-        from .inference import METHODS
+        from pyro_bdl.inference import METHODS
 
         method = METHODS.get(self.method)
         hook = method.predictive_model if method is not None else None
@@ -131,7 +131,7 @@ class FitResult:
                                     self.likelihood_sites)
 
     def model_kwargs(self, new_data) -> dict:
-        """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.Dataset` or a tensor
+        """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.table.Dataset` or a tensor
         of feature rows (a zoo model's features, in the data's units), or a dict of model arguments.  The
         target, if any, is left out (it is what is predicted)."""
         spec = self.spec
@@ -171,7 +171,7 @@ class FitResult:
 
     def _summarise(self, pred: PredictiveDraws, site: str, prob: float) -> pd.DataFrame:
         if site in pred.probs:  # classification: probabilities and the entropy split
-            from .uncertainty import classification_summary
+            from pyro_bdl.posterior.uncertainty import classification_summary
 
             probs = pred.probs[site].reshape((-1,) + pred.probs[site].shape[2:])  # (S, n, C)
             summary = classification_summary(probs)
@@ -182,9 +182,9 @@ class FitResult:
         return summarise(pred, site, prob)
 
     def to_inference_data(self):
-        """ArviZ InferenceData (see :func:`pyro_bdl.arviz_io.to_inference_data`); cached."""
+        """ArviZ InferenceData (see :func:`pyro_bdl.posterior.inference_data.to_inference_data`); cached."""
         if "_idata" not in self.__dict__:
-            from .arviz_io import to_inference_data
+            from pyro_bdl.posterior.inference_data import to_inference_data
 
             self.__dict__["_idata"] = to_inference_data(self)
         return self.__dict__["_idata"]

@@ -20,12 +20,12 @@ import arviz as az
 import numpy as np
 import torch
 
-from .arviz_io import samples_from_inference_data
-from .plots import write_plots
-from .registry import get_model
-from .result import FitResult
-from .validate import FitDirectoryError
-from .transforms import StandardizedModel, Standardizer
+from pyro_bdl.posterior.inference_data import samples_from_inference_data
+from pyro_bdl.posterior.plots import write_plots
+from pyro_bdl.registry import get_model
+from pyro_bdl.result import FitResult
+from pyro_bdl.storage.paths import FitDirectoryError
+from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 
 __all__ = ["metrics", "write_fit", "load_fit", "PARAMS"]
 

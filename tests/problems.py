@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pyro_bdl.data import Dataset
+from pyro_bdl.data.table import Dataset
 
 
 def blr_problem(seed: int = 1, n: int = 40, d: int = 2, noise: float = 0.5) -> tuple[Dataset, dict]:

@@ -22,11 +22,11 @@ from torch import nn
 
 import pyro_bdl
 from pyro_bdl.cli import main
-from pyro_bdl.data import Dataset
-from pyro_bdl.depth_decisions import decide
-from pyro_bdl.depth_networks import DepthGuide, ResidualHeads, depth_prior, heads_network, multiply_adds
+from pyro_bdl.data.table import Dataset
+from pyro_bdl.models.adaptive_depth.decisions import decide
+from pyro_bdl.models.adaptive_depth.networks import DepthGuide, ResidualHeads, depth_prior, heads_network, multiply_adds
 from pyro_bdl.inference.amortised import validation_elbo
-from pyro_bdl.models.adaptive_depth_resnet import adaptive_depth_resnet, depth_guide
+from pyro_bdl.models.adaptive_depth.model import adaptive_depth_resnet, depth_guide
 from pyro_bdl.store import write_fit
 
 SMALL = {"width": 8, "blocks": 3}
@@ -202,7 +202,7 @@ def test_fit_predicts_depth_and_posterior_per_row_and_survives_a_round_trip(digi
     back = pyro_bdl.load_fit(tmp_path / "fit")
     pd.testing.assert_frame_equal(back.predict(rows), before, atol=1e-5)
     assert not np.allclose(other.predict(rows)["prob_0"], before["prob_0"], atol=1e-3)
-    from pyro_bdl.depth_plots import plots
+    from pyro_bdl.models.adaptive_depth.plots import plots
 
     assert plots(back, tmp_path) == ["depth_posterior.png", "depth_histogram.png"]  # no held-out rows: training rows
     assert all((tmp_path / name).stat().st_size > 0 for name in ("depth_posterior.png", "depth_histogram.png"))
@@ -214,7 +214,7 @@ def test_every_estimator_trains_and_reports_its_rules(options, elbo):
     fit = pyro_bdl.fit("adaptive-depth-resnet", inference="svi-amortised", options={**SMALL, **options}, elbo=elbo,
                        epochs=3, lr=5e-3, progress=False)
     train, test = pyro_bdl.load("digits-01"), pyro_bdl.load("digits-01")
-    from pyro_bdl.reports import evaluate_fit
+    from pyro_bdl.posterior.evaluation import evaluate_fit
 
     scores = evaluate_fit(fit, Dataset("rows", test.X[:100], test.y[:100]))
     for rule in ("mode", "sample", "threshold", "marginal"):

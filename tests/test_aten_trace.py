@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from pyro_bdl.inference.aten_trace import trace_aten
+from pyro_bdl.inference.compile.aten_trace import trace_aten
 
 
 def _value_and_grad(x, w):

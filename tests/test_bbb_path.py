@@ -19,11 +19,11 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 
 import pyro_bdl
-from pyro_bdl.inference.jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import make_elbo
 from pyro_bdl.models.bnn import bnn_classifier, bnn_regressor
-from pyro_bdl.networks import bbb_guide
+from pyro_bdl.models.networks import bbb_guide
 
 
 def _problem(kind: str, n: int = 60, **options):
@@ -133,7 +133,7 @@ def test_compiled_elbo_recompiles_for_new_shapes_and_settings():
 
 def test_compiled_elbo_leaves_the_jit_executor_setting_as_it_found_it():
     """The graph runs unoptimised (``OPTIMIZE_GRAPH``), the caller's setting is restored, even on error."""
-    from pyro_bdl.inference import jit
+    from pyro_bdl.inference import compiled_elbo as jit
 
     model, guide, data = _problem("regressor")
     elbo = CompiledTrace_ELBO()

@@ -16,10 +16,10 @@ import pyro
 from pyro.infer import Trace_ELBO
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_GAP, SINE_NOISE, digits_split, sine_curve, sine_grid
+from pyro_bdl.data.embedded import SINE_GAP, SINE_NOISE, digits_split, sine_curve, sine_grid
 from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.store import metrics
-from pyro_bdl.uncertainty import accuracy, rmse
+from pyro_bdl.posterior.uncertainty import accuracy, rmse
 
 
 def test_map_fits_the_sine_curve_in_original_units():
@@ -130,7 +130,7 @@ def test_centered_normal_prior_is_normal_with_mean_zero():
     import pyro.distributions as dist
     from torch.distributions import kl_divergence
 
-    from pyro_bdl.layers import CenteredNormal
+    from pyro_bdl.nn.layers import CenteredNormal
 
     g = torch.Generator().manual_seed(0)
     p, ref = CenteredNormal(0.3, (4, 5)), dist.Normal(torch.zeros(4, 5), 0.3)
@@ -146,7 +146,7 @@ def test_centered_normal_prior_is_normal_with_mean_zero():
 
 
 def test_dense_layer_is_h_w_transpose_plus_b_for_one_and_for_batched_weights():
-    from pyro_bdl.layers import dense
+    from pyro_bdl.nn.layers import dense
 
     g = torch.Generator().manual_seed(0)
     h, W, b = torch.randn(6, 4, generator=g), torch.randn(3, 4, generator=g), torch.randn(3, generator=g)
@@ -164,7 +164,7 @@ def test_dropout_messenger_masks_each_example_and_scales_the_prior():
     from pyro import poutine
 
     from pyro_bdl.inference.dropout import DropoutMessenger
-    from pyro_bdl.layers import dense
+    from pyro_bdl.nn.layers import dense
 
     p = 0.3
     drop = DropoutMessenger(p, lambda name: name == "layer1.weight")
@@ -202,7 +202,7 @@ def test_mc_dropout_reports_tau_and_adds_it_to_the_predictive_variance():
 def test_scale_mixture_prior_density_and_moments():
     """Blundell's prior: log p = log(pi N(0, s1^2) + (1 - pi) N(0, s2^2)); draws have variance
     pi s1^2 + (1 - pi) s2^2 (within 4.5 standard errors); a BBB guide can be built on it."""
-    from pyro_bdl.layers import SCALE_MIXTURE, ScaleMixtureNormal
+    from pyro_bdl.nn.layers import SCALE_MIXTURE, ScaleMixtureNormal
 
     pi, s1, s2 = SCALE_MIXTURE
     d = ScaleMixtureNormal(torch.zeros(3), pi, s1, s2)

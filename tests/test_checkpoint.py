@@ -11,7 +11,7 @@ import pyro
 import pyro.distributions as dist
 
 import pyro_bdl
-from pyro_bdl.checkpoint import Checkpoint
+from pyro_bdl.storage.checkpoint import Checkpoint
 
 
 class Interrupter:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import pyro_bdl
-import pyro_bdl.datasets
+import pyro_bdl.data.embedded
 from pyro_bdl.cli import main
 
 CLI = shutil.which("pyro-bdl") or str(Path(sys.executable).with_name("pyro-bdl"))
@@ -200,7 +200,7 @@ def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["members"] == 2 and metrics["heldout"]["accuracy"] > 0.85
     assert (out / "reliability.png").exists()
-    rows = pyro_bdl.datasets.digits_split()[1].to_frame().drop(columns="target").head(5)
+    rows = pyro_bdl.data.embedded.digits_split()[1].to_frame().drop(columns="target").head(5)
     rows.to_csv(tmp_path / "new.csv", index=False)
     assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
     pred = pd.read_csv(tmp_path / "p.csv")

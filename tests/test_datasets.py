@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import pyro_bdl.datasets
-from pyro_bdl.data import DataError
-from pyro_bdl.datasets import EMBEDDED, load
-from pyro_bdl.transforms import Standardizer
-from pyro_bdl.datasets import (
+import pyro_bdl.data.embedded
+from pyro_bdl.data.table import DataError
+from pyro_bdl.data.embedded import EMBEDDED, load
+from pyro_bdl.data.transforms import Standardizer
+from pyro_bdl.data.embedded import (
     DIGITS_OOD_KINDS,
     SINE_GAP,
     digits_ood,
@@ -31,7 +31,7 @@ from toy_uci import DATA, SPLITS, write_uci
 
 
 def test_module_examples_run():
-    result = doctest.testmod(pyro_bdl.datasets, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(pyro_bdl.data.embedded, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 

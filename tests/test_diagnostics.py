@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.diagnostics import _ess_table, importance_report, mcmc_report, svi_report
+from pyro_bdl.posterior.diagnostics import _ess_table, importance_report, mcmc_report, svi_report
 
 
 def test_short_mcmc_run_warns_with_the_failing_diagnostic():
@@ -63,7 +63,7 @@ def test_one_chain_report_warns_once_in_its_own_words():
         want = az.summary(idata, kind="diagnostics", round_to="none")[["ess_bulk", "ess_tail"]]
     pd.testing.assert_frame_equal(_ess_table(idata), want, check_exact=False, rtol=1e-12)
     # and no "Shape validation failed" from ArviZ's r_hat (its logger prints a message once per process: a fresh one)
-    code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.diagnostics import mcmc_report; "
+    code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.posterior.diagnostics import mcmc_report; "
             "warnings.simplefilter('ignore'); "
             "mcmc_report(az.from_dict(posterior={'a': np.random.default_rng(0).normal(size=(1, 300))}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,31 +11,31 @@ import pyro_bdl
 
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
-    "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data", "pyro_bdl.fit", "pyro_bdl.result",
-    "pyro_bdl.diagnostics", "pyro_bdl.checkpoint", "pyro_bdl.datasets", "pyro_bdl.models.bnn", "pyro_bdl.reports",
-    "pyro_bdl.uncertainty", "pyro_bdl.gradients", "pyro_bdl.inference.guides",
-    "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer",
-    "pyro_bdl.inference.jit", "pyro_bdl.inference.local_reparam", "pyro_bdl.log_uniform", "pyro_bdl.pruning",
-    "pyro_bdl.models.sparse_vd", "pyro_bdl.inference.optim", "pyro_bdl.cli",
-    "pyro_bdl.layers", "pyro_bdl.networks", "pyro_bdl.feature_maps", "pyro_bdl.transforms", "pyro_bdl.inference.laplace",
+    "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data.table", "pyro_bdl.fit", "pyro_bdl.result",
+    "pyro_bdl.posterior.diagnostics", "pyro_bdl.storage.checkpoint", "pyro_bdl.data.embedded", "pyro_bdl.models.bnn", "pyro_bdl.posterior.evaluation",
+    "pyro_bdl.posterior.uncertainty", "pyro_bdl.studies.gradient_variance", "pyro_bdl.inference.guides",
+    "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.last_layer.model",
+    "pyro_bdl.inference.compiled_elbo", "pyro_bdl.inference.local_reparam", "pyro_bdl.nn.log_uniform", "pyro_bdl.models.sparse_vd.pruning",
+    "pyro_bdl.models.sparse_vd.model", "pyro_bdl.inference.optim", "pyro_bdl.cli",
+    "pyro_bdl.nn.layers", "pyro_bdl.models.networks", "pyro_bdl.nn.feature_maps", "pyro_bdl.data.transforms", "pyro_bdl.inference.laplace",
     "pyro_bdl.inference.ggn",
-    "pyro_bdl.inference.pyro_internals", "pyro_bdl.gap_problems", "pyro_bdl.validate",
-    "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.models.adaptive_depth_resnet",
-    "pyro_bdl.depth_networks", "pyro_bdl.depth_decisions", "pyro_bdl.depth_report", "pyro_bdl.depth_plots",
-    "pyro_bdl.generative",
-    "pyro_bdl.marginal", "pyro_bdl.images", "pyro_bdl.image_networks",
+    "pyro_bdl.inference.pyro_internals", "pyro_bdl.data.gap", "pyro_bdl.data.checks",
+    "pyro_bdl.models.vae", "pyro_bdl.models.ss_vae", "pyro_bdl.models.adaptive_depth.model",
+    "pyro_bdl.models.adaptive_depth.networks", "pyro_bdl.models.adaptive_depth.decisions", "pyro_bdl.models.adaptive_depth.report", "pyro_bdl.models.adaptive_depth.plots",
+    "pyro_bdl.posterior.amortised",
+    "pyro_bdl.inference.marginal", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
-    "pyro_bdl.arviz_io", "pyro_bdl.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
+    "pyro_bdl.posterior.inference_data", "pyro_bdl.storage.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
-    "pyro_bdl.inference.mcmc", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.plots",
-    "pyro_bdl.predictive", "pyro_bdl.store", "pyro_bdl.inference.potential", "pyro_bdl.inference.nuts_kernel",
-    "pyro_bdl.inference.zoo_mcmc", "pyro_bdl.inference.amortised", "pyro_bdl.inference.graph_folding",
-    "pyro_bdl.inference.scripted", "pyro_bdl.inference.aten_trace",
+    "pyro_bdl.inference.mcmc.methods", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.posterior.plots",
+    "pyro_bdl.posterior.predictive", "pyro_bdl.store", "pyro_bdl.inference.mcmc.potential", "pyro_bdl.inference.mcmc.kernel",
+    "pyro_bdl.inference.mcmc.zoo", "pyro_bdl.inference.amortised", "pyro_bdl.inference.compile.graph_folding",
+    "pyro_bdl.inference.compile.static_runtime", "pyro_bdl.inference.compile.aten_trace",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
-FLAGGED = {"pyro_bdl.reports", "pyro_bdl.feature_maps", "pyro_bdl.result"}
+FLAGGED = {"pyro_bdl.posterior.evaluation", "pyro_bdl.nn.feature_maps", "pyro_bdl.result"}
 ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
 
 

@@ -1,4 +1,4 @@
-"""Generated gap problems and the in-between check (pyro_bdl.gap_problems).
+"""Generated gap problems and the in-between check (pyro_bdl.data.gap).
 
 Slow (``pytest -m slow``): what ``describe`` says of the settings in ``IN_BETWEEN`` holds across a
 generated family they were not chosen on (benchmarks/RESULTS.md has the full tables).
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import SINE_PROBLEM, sine_frame, sine_grid, sine_regions
-from pyro_bdl.gap_problems import (GAP_FUNCTIONS, GAP_WIDTHS, MAX_RMSE_IN_NOISE, MIN_RATIO, NOISES, SIZES,
-                                   check_gap, gap_family, gap_regions)
+from pyro_bdl.data.embedded import SINE_PROBLEM, sine_frame, sine_grid, sine_regions
+from pyro_bdl.data.gap import GAP_FUNCTIONS, GAP_WIDTHS, NOISES, SIZES, gap_family, gap_regions
+from pyro_bdl.studies.gap import MAX_RMSE_IN_NOISE, MIN_RATIO, check_gap
 from pyro_bdl.models.bnn import IN_BETWEEN
 
 

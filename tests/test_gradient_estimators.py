@@ -7,7 +7,7 @@ so must the two means of each other.
 
 import numpy as np
 
-from pyro_bdl.gradients import compare_estimators
+from pyro_bdl.studies.gradient_variance import compare_estimators
 
 K = 4.5
 

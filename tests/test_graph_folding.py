@@ -1,5 +1,5 @@
-"""Constant folding and simplification of traced graphs (pyro_bdl.inference.graph_folding) and the static runtime
-(pyro_bdl.inference.scripted): the changed graph computes what the graph did, on inputs other than those it was
+"""Constant folding and simplification of traced graphs (pyro_bdl.inference.compile.graph_folding) and the static runtime
+(pyro_bdl.inference.compile.static_runtime): the changed graph computes what the graph did, on inputs other than those it was
 traced with, and leaves random operations, writes into inputs and shape-changing identities alone."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from pyro_bdl.inference.aten_trace import trace_aten
-from pyro_bdl.inference.graph_folding import fold_constants, operations, simplify
-from pyro_bdl.inference.scripted import script
-from pyro_bdl.inference.potential import flat_potential
+from pyro_bdl.inference.compile.aten_trace import trace_aten
+from pyro_bdl.inference.compile.graph_folding import fold_constants, operations, simplify
+from pyro_bdl.inference.compile.static_runtime import script
+from pyro_bdl.inference.mcmc.potential import flat_potential
 from pyro_bdl.registry import get_model
 
 
@@ -90,9 +90,9 @@ def test_selections_and_logic_with_constant_masks_fold_to_their_operand():
 def test_the_traced_kernel_gives_the_draws_of_its_unfolded_steps(monkeypatch):
     """The zoo NUTS kernel's traced steps, folded, simplified and run by the static runtime, give the draws the
     same steps give as plain TorchScript."""
-    from pyro_bdl.inference import potential as potential_module
-    from pyro_bdl.inference import scripted
-    from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+    from pyro_bdl.inference.mcmc import potential as potential_module
+    from pyro_bdl.inference.compile import static_runtime as scripted
+    from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 
     X, y = torch.randn(40, 2), torch.randn(40)
     model = get_model("blr").bind({"noise": 1.0})
@@ -334,8 +334,8 @@ def test_the_nuts_steps_of_varied_models_fuse_and_run_by_the_static_runtime(case
     what it gives."""
     import warnings
 
-    from pyro_bdl.inference import nuts_kernel
-    from pyro_bdl.inference.potential import FlatPotential, PotentialCompileWarning
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc.potential import FlatPotential, PotentialCompileWarning
 
     model, data = FUSED_CASES[case]
     potential = FlatPotential(model, data, compile=False)
@@ -356,7 +356,7 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
     compiled graph is found again in inductor's on-disk cache (a tracing context with a shape environment)."""
     from torch._dynamo.utils import counters
 
-    from pyro_bdl.inference.potential import _inductor
+    from pyro_bdl.inference.mcmc.potential import _inductor
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     x, y = torch.randn(3, 4), torch.randn(3, 4)

@@ -7,7 +7,7 @@ import arviz as az
 import pytest
 
 import pyro_bdl
-import pyro_bdl.datasets
+import pyro_bdl.data.embedded
 from pyro_bdl.inference import METHODS
 from pyro_bdl.registry import list_models
 
@@ -29,7 +29,7 @@ def test_every_method_has_quick_settings():
 def test_inference_data_groups(model, method, tmp_path):
     spec = pyro_bdl.get_model(model)
     options = SMALL if "hidden" in spec.options else None
-    data = pyro_bdl.datasets.digits_split()[1] if spec.default_data == "digits" else None  # 450 rows, not 1797
+    data = pyro_bdl.data.embedded.digits_split()[1] if spec.default_data == "digits" else None  # 450 rows, not 1797
     result = pyro_bdl.fit(model, data, inference=method, progress=False, options=options, **QUICK[method])
     idata = result.to_inference_data()
     if not result.samples:  # every latent local to a row (an amortised model): no posterior draws, no group for them

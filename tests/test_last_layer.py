@@ -29,11 +29,11 @@ from pyro.infer import NUTS
 import pyro_bdl
 import pyro_bdl.store
 from pyro_bdl.cli import main
-from pyro_bdl.data import Dataset
-from pyro_bdl import feature_maps as fm
-from pyro_bdl import gradients
+from pyro_bdl.data.table import Dataset
+from pyro_bdl.nn import feature_maps as fm
+from pyro_bdl.studies import gradient_variance as gradients
 from pyro_bdl.inference.guides import PrincipalAxesGuide
-from pyro_bdl.models import last_layer as ll
+from pyro_bdl.models.last_layer import model as ll
 
 from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
 from problems import last_layer_problem
@@ -401,7 +401,7 @@ def collinear_problem(n: int = 40) -> Dataset:
 def test_nuts_full_mass_is_the_model_default_and_reaches_the_kernel(given, expected, monkeypatch):
     """The model's default (or the user's setting, text included) is what Pyro's NUTS is built with.
     (tests/test_exact_posteriors.py runs NUTS with the default against the exact posterior.)"""
-    from pyro_bdl.inference import mcmc
+    from pyro_bdl.inference.mcmc import methods as mcmc
 
     built = []
 
@@ -448,7 +448,7 @@ def test_zoo_nuts_traces_the_model_with_a_given_feature_map():
     the zoo kernel traces the potential (no fallback warning) with given weights and a dense mass matrix."""
     import warnings
 
-    from pyro_bdl.inference.potential import PotentialCompileWarning
+    from pyro_bdl.inference.mcmc.potential import PotentialCompileWarning
 
     ds = problem()
     phi = {"activation": "tanh", "layers": [{"weight": torch.randn(4, 2).tolist(), "bias": torch.zeros(4).tolist()}]}

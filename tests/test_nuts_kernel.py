@@ -1,4 +1,4 @@
-"""The zoo's NUTS / HMC kernel (pyro_bdl.inference.nuts_kernel) and flat potential (potential.py).
+"""The zoo's NUTS / HMC kernel (pyro_bdl.inference.mcmc.kernel) and flat potential (potential.py).
 
 Statistical checks use Monte Carlo error, never tuned numbers: a mean estimated from draws of
 effective sample size ESS (ArviZ's bulk ESS, measured) has standard error sd / sqrt(ESS); checks allow
@@ -20,10 +20,10 @@ import torch
 import pyro
 import pyro.distributions as dist
 
-from pyro_bdl.inference import nuts_kernel
-from pyro_bdl.inference.nuts_kernel import sample
-from pyro_bdl.inference.potential import FlatPotential, PotentialCompileWarning, flat_potential
-from pyro_bdl.inference.zoo_mcmc import run_zoo_mcmc
+from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+from pyro_bdl.inference.mcmc.kernel import sample
+from pyro_bdl.inference.mcmc.potential import FlatPotential, PotentialCompileWarning, flat_potential
+from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 from pyro_bdl.registry import get_model
 
 from problems import PROBLEMS
@@ -109,8 +109,8 @@ def test_steps_with_every_chain_building_run_unmasked_in_fewer_operations_and_gi
     """While every chain builds, the traced kernel runs its leaf with ``building`` fixed (its masks folded away),
     and while every chain is active its merge with ``active`` fixed, each traced once for both forms; with some
     chains stopped, the masked forms.  The draws equal those of the masked forms alone, bit for bit."""
-    from pyro_bdl.inference import potential as potential_module
-    from pyro_bdl.inference.graph_folding import operations
+    from pyro_bdl.inference.mcmc import potential as potential_module
+    from pyro_bdl.inference.compile.graph_folding import operations
 
     model, data, _ = _zoo_problem("blr")
     fusing, counted = [], {}
@@ -393,7 +393,7 @@ def test_potential_matches_pyro_potential_and_is_shared_across_fits():
 
 
 def test_runner_returns_draws_and_resumes_from_a_checkpoint(tmp_path):
-    from pyro_bdl.checkpoint import Checkpoint
+    from pyro_bdl.storage.checkpoint import Checkpoint
 
     model, data, _ = _zoo_problem("blr")
     saver = Checkpoint(tmp_path / "ck", fingerprint="test")
@@ -427,7 +427,7 @@ def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
 def test_dense_mass_factor_of_an_ill_conditioned_estimate():
     """The momentum factor F (F F^T = M = inverse_mass^-1) of a float32 covariance estimate with condition number
     1e7, where inverting then factorising in float32 fails (a last-layer posterior on collinear features)."""
-    from pyro_bdl.inference.nuts_kernel import _Dynamics
+    from pyro_bdl.inference.mcmc.kernel import _Dynamics
 
     gen = torch.Generator().manual_seed(0)
     q, _ = torch.linalg.qr(torch.randn(20, 20, generator=gen, dtype=torch.float64))
@@ -476,8 +476,8 @@ def test_a_step_traced_with_the_potential_spliced_in_computes_what_it_does_calli
     the step with the potential called, and the same values on points and data it was not traced with."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from pyro_bdl.inference.graph_folding import operations
-    from pyro_bdl.inference.potential import _traced_with
+    from pyro_bdl.inference.compile.graph_folding import operations
+    from pyro_bdl.inference.mcmc.potential import _traced_with
 
     data = _constrained_data()
     potential = FlatPotential(constrained_model, data, compile=False)

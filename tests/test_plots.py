@@ -1,11 +1,11 @@
-"""The figures ``pyro-bdl fit`` writes (pyro_bdl.plots): which elements of each site they draw."""
+"""The figures ``pyro-bdl fit`` writes (pyro_bdl.posterior.plots): which elements of each site they draw."""
 
 from __future__ import annotations
 
 import arviz as az
 import numpy as np
 
-from pyro_bdl import plots
+from pyro_bdl.posterior import plots
 
 
 def _idata():

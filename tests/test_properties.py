@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import pyro_bdl  # noqa: E402
 from pyro_bdl.cli import main  # noqa: E402
-from pyro_bdl.data import DataError, load_csv  # noqa: E402
+from pyro_bdl.data.table import DataError, load_csv  # noqa: E402
 
 EXAMPLES = int(os.environ.get("PYRO_BDL_EXAMPLES", "50"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,

@@ -23,9 +23,9 @@ from packaging.requirements import Requirement
 
 from pyro_bdl.inference import pyro_internals
 from pyro_bdl.inference import svi as zoo_svi
-from pyro_bdl.inference.jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from pyro_bdl.inference.optim import FastClippedAdam
-from pyro_bdl.layers import dense
+from pyro_bdl.nn.layers import dense
 
 PYRO = f"pyro-ppl {pyro.__version__}"
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import pyro_bdl
-from pyro_bdl.datasets import split_dataset
-from pyro_bdl.reports import evaluate_fit
+from pyro_bdl.data.embedded import split_dataset
+from pyro_bdl.posterior.evaluation import evaluate_fit
 
 
 def _rescaled(ds, scale, shift):
@@ -39,9 +39,9 @@ def test_regression_metrics_are_in_the_units_of_the_target():
 
 def test_gap_report_is_the_gap_check_of_the_predictive_on_the_problem_grid():
     """gap_report = predict on the problem's grid + check_gap, and its row says the same numbers."""
-    from pyro_bdl.datasets import SINE_PROBLEM, sine_curve, sine_gap_ratio, sine_grid
-    from pyro_bdl.reports import gap_report
-    from pyro_bdl.uncertainty import rmse
+    from pyro_bdl.data.embedded import SINE_PROBLEM, sine_curve, sine_gap_ratio, sine_grid
+    from pyro_bdl.studies.gap import gap_report
+    from pyro_bdl.posterior.uncertainty import rmse
 
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 200 steps: short on purpose
         fit = pyro_bdl.fit("bnn-regressor", "sine", inference="map", steps=200, progress=False, options={"hidden": "8"})
@@ -60,9 +60,9 @@ def test_gap_report_is_the_gap_check_of_the_predictive_on_the_problem_grid():
 
 
 def test_classification_report_rows_and_errors():
-    from pyro_bdl.datasets import digits_ood, digits_split
-    from pyro_bdl.reports import classification_report
-    from pyro_bdl.uncertainty import accuracy, auroc
+    from pyro_bdl.data.embedded import digits_ood, digits_split
+    from pyro_bdl.posterior.evaluation import classification_report
+    from pyro_bdl.posterior.uncertainty import accuracy, auroc
 
     train, test = digits_split()
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 100 steps: short on purpose

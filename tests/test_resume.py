@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.checkpoint import kept_rng, rng_state, set_rng_state
-from pyro_bdl.inference import mcmc as mcmc_module
+from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
+from pyro_bdl.inference.mcmc import methods as mcmc_module
 from pyro_bdl.inference import svi as svi_module
-from pyro_bdl.inference import zoo_mcmc
+from pyro_bdl.inference.mcmc import zoo as zoo_mcmc
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short runs: exactness only
 
@@ -139,7 +139,7 @@ def test_rng_state_round_trips_every_stream():
 
 def _interrupt_zoo_transition_at(monkeypatch, n: int, error):
     """Raise ``error`` in the zoo sampler's n-th transition (warm-up and sampling counted together)."""
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     real, count = nuts_kernel._nuts_transition, {"n": 0}
 
@@ -156,7 +156,7 @@ def _interrupt_zoo_transition_at(monkeypatch, n: int, error):
 def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch, tmp_path):
     """Ctrl-C inside the batch saves the sampler's state; the rerun goes on from that draw (not from the
     batch's start) and ends with the uninterrupted run's draws and statistics."""
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
     reference = pyro_bdl.fit("blr", "linear", **kw)
@@ -182,7 +182,7 @@ def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch,
 
 
 def test_zoo_kernel_killed_after_a_periodic_save_resumes_exactly(monkeypatch, tmp_path):
-    from pyro_bdl.inference import nuts_kernel
+    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
 
     kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
     reference = pyro_bdl.fit("blr", "linear", **kw)

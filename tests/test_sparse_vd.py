@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.datasets import digits_split
-from pyro_bdl.reports import evaluate_fit
-from pyro_bdl.log_uniform import K1, neg_kl_approx
-from pyro_bdl.pruning import dense_result, factors_from_params, log_alphas, prune
+from pyro_bdl.data.embedded import digits_split
+from pyro_bdl.posterior.evaluation import evaluate_fit
+from pyro_bdl.nn.log_uniform import K1, neg_kl_approx
+from pyro_bdl.models.sparse_vd.pruning import dense_result, factors_from_params, log_alphas, prune
 from pyro_bdl.store import load_fit, write_fit
 
 #: The constant of the exact -KL: as alpha -> oo, E log|eps| for eps ~ N(1, alpha) is
@@ -62,7 +62,7 @@ def test_kl_approximation_matches_the_exact_kl_up_to_its_constant(log_alpha):
 def test_kl_is_registered_for_the_guide_factors_and_summed_over_a_weight_matrix():
     from torch.distributions import kl_divergence
 
-    from pyro_bdl.log_uniform import LogUniform, log_alpha
+    from pyro_bdl.nn.log_uniform import LogUniform, log_alpha
 
     mu, sigma = torch.randn(4, 3), torch.rand(4, 3) + 0.01
     q, p = dist.Normal(mu, sigma), LogUniform((4, 3))
@@ -214,7 +214,7 @@ def test_local_reparameterisation_of_a_convolution_has_the_weight_draws_moments(
     import torch.nn.functional as F
 
     from pyro_bdl.inference.local_reparam import LocalReparam
-    from pyro_bdl.layers import conv2d
+    from pyro_bdl.nn.layers import conv2d
 
     torch.manual_seed(0)
     h, mu, sigma, b = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.rand(4, 3, 3, 3), torch.randn(4)
@@ -262,9 +262,9 @@ def test_the_elbo_takes_the_registered_kl_not_a_monte_carlo_estimate(compiled):
 
     from pyro_bdl.inference.local_reparam import LocalReparam
     from pyro_bdl.inference.svi import make_elbo
-    from pyro_bdl.log_uniform import log_alpha
+    from pyro_bdl.nn.log_uniform import log_alpha
     from pyro_bdl.inference.guides import SparseVDGuide
-    from pyro_bdl.models.sparse_vd import sparse_vd_classifier
+    from pyro_bdl.models.sparse_vd.model import sparse_vd_classifier
 
     pyro.clear_param_store()
     X, y = torch.randn(30, 6), torch.randint(0, 3, (30,)).float()

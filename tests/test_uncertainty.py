@@ -14,8 +14,8 @@ import torch
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
 
-import pyro_bdl.uncertainty as unc
-from pyro_bdl.uncertainty import (
+import pyro_bdl.posterior.uncertainty as unc
+from pyro_bdl.posterior.uncertainty import (
     accuracy,
     auroc,
     brier,
@@ -406,7 +406,7 @@ def test_vectorised_predictive_equals_the_loop_over_draws(monkeypatch):
     import warnings
 
     import pyro_bdl
-    from pyro_bdl import predictive
+    from pyro_bdl.posterior import predictive
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)  # short fits: the predictive is tested
@@ -443,7 +443,7 @@ def test_a_model_that_does_not_broadcast_over_the_draws_is_found_on_two_of_them(
     import pyro
     import pyro.distributions as dist
 
-    from pyro_bdl import predictive
+    from pyro_bdl.posterior import predictive
 
     largest = {"numel": 0}
 

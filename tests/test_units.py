@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 import pyro_bdl
-from pyro_bdl.data import Dataset
+from pyro_bdl.data.table import Dataset
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The VAE (models/vae.py) and what serves it: the per-row importance weights (pyro_bdl.marginal), the
+"""The VAE (models/vae.py) and what serves it: the per-row importance weights (pyro_bdl.inference.marginal), the
 amortised training method, the image loaders, the fit directory and the command line.
 
 The exact check: with a linear decoder and a Gaussian likelihood the VAE is factor analysis,
@@ -21,10 +21,10 @@ from pyro.infer import RenyiELBO, Trace_ELBO
 
 import pyro_bdl
 from pyro_bdl.cli import main
-from pyro_bdl.data import DataError, Dataset
-from pyro_bdl.generative import estimate_rows, simulate
-from pyro_bdl.images import load_images, mnist_split
-from pyro_bdl.marginal import IWAE_ELBO, estimate, log_weights
+from pyro_bdl.data.table import DataError, Dataset
+from pyro_bdl.posterior.amortised import estimate_rows, simulate
+from pyro_bdl.data.images import load_images, mnist_split
+from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, log_weights
 from pyro_bdl.store import PARAMS, write_fit
 
 SPEC = pyro_bdl.get_model("vae")
@@ -378,7 +378,7 @@ def test_kl_warmup_raises_the_scale_on_z_linearly_over_its_epochs():
 def test_the_compiled_loss_reads_the_warmup_factor_it_is_given_at_every_step():
     """The factor is a tensor input of the compiled graph, changed in place: at the same draws the loss is
     A + anneal * B (the z terms scaled), so equal steps of anneal change it by equal amounts."""
-    from pyro_bdl.inference.jit import CompiledTrace_ELBO
+    from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO
 
     pyro.clear_param_store()
     model = SPEC.bind({**SMALL, "data_dim": 64})
@@ -429,7 +429,7 @@ def test_ss_vae_learns_to_classify_from_few_labels():
     assert [c for c in table.columns if c.startswith("prob_")] == [f"prob_{c}" for c in range(10)]
     accuracy = float((torch.tensor(table["pred"].to_numpy()) == full.y[unlabelled].long()).double().mean())
     assert accuracy > 0.6, accuracy  # chance is 0.1; 100 labels
-    from pyro_bdl.generative import evaluate_classifier
+    from pyro_bdl.posterior.amortised import evaluate_classifier
 
     assert evaluate_classifier(fit, full)["test_rows"] == len(full)
 

@@ -9,7 +9,7 @@ chosen by ``elbo``:
 
 =============  ==========================================================================================
 ``trace``      Trace_ELBO, reparameterised (default), compiled unless ``jit=false``; ``particles`` draws
-``iwae``       the importance-weighted bound with K = ``particles`` (:class:`~pyro_bdl.marginal.IWAE_ELBO`)
+``iwae``       the importance-weighted bound with K = ``particles`` (:class:`~pyro_bdl.inference.marginal.IWAE_ELBO`)
 ``enum``       TraceEnum_ELBO: discrete latents the guide marks for enumeration are summed out exactly
 ``tracegraph`` TraceGraph_ELBO: score-function gradients for latents that cannot be reparameterised
 =============  ==========================================================================================
@@ -40,10 +40,11 @@ import pyro
 import torch
 from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
 
-from ..checkpoint import kept_rng
-from ..marginal import IWAE_ELBO, estimate, plate_nesting
-from .base import Draws
-from .svi import _load_parameters, _parameters, make_elbo, optimise
+from pyro_bdl.storage.checkpoint import kept_rng
+from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
+from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.svi import ADAM_SETTINGS, _load_parameters, _parameters, make_elbo, optimise
+from pyro_bdl.inference.method import Method, register_method
 
 __all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
            "PATIENCE_STEPS", "budget"]
@@ -70,7 +71,7 @@ def budget(epochs, patience, steps_per_epoch: int) -> tuple[int, int]:
 
 def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
     """The training loss named by the ``elbo`` setting, with ``particles`` draws; ``jit``: the compiled
-    Trace_ELBO (:mod:`pyro_bdl.inference.jit`, the same loss and gradients); ``plates``: the model's plate
+    Trace_ELBO (:mod:`pyro_bdl.inference.compiled_elbo`, the same loss and gradients); ``plates``: the model's plate
     nesting, for enumeration (None: Pyro guesses it, with a log message)."""
     particles = int(particles)
     vectorize = particles > 1
@@ -89,7 +90,7 @@ def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
 def validation_elbo(model, guide, data: dict, loss=None) -> float:
     """The ELBO per row of ``data`` (a fixed seed; the caller's random streams are left as they were): with an
     enumerating ``loss`` (TraceEnum_ELBO) that loss itself, whose enumerated latents are summed out exactly as in
-    training; else one draw per row from the guide (:func:`~pyro_bdl.marginal.estimate`)."""
+    training; else one draw per row from the guide (:func:`~pyro_bdl.inference.marginal.estimate`)."""
     if not isinstance(loss, TraceEnum_ELBO):
         return float(estimate(model, guide, data, particles=1).elbo.mean())
     n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
@@ -218,9 +219,6 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
 
 
 def _register() -> None:
-    from . import Method, register_method
-    from .svi import ADAM_SETTINGS
-
     # Adam at 1e-3 on minibatches of 128 (Pyro's VAE tutorial: 1e-3, batch 256; the vae's own default is 3e-3), no
     # elementwise gradient clamp (the summed likelihood's gradients are large: a clamp makes Adam sign descent), held
     # for half the run; epochs and patience unset: from the steps per epoch (budget)

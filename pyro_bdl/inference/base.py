@@ -11,9 +11,9 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from .pyro_internals import is_deterministic
+from pyro_bdl.inference.pyro_internals import is_deterministic
 
-__all__ = ["Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
+__all__ = ["ConvergenceWarning", "Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
            "model_params"]
 
 
@@ -35,7 +35,7 @@ class RunContext:
     model : the Pyro model, options bound; called as ``model(**data)``.
     data : its keyword arguments (in the units the model works in).
     progress : show a progress bar.
-    checkpoint : a :class:`~pyro_bdl.checkpoint.Checkpoint` to save progress in and resume from, or None.
+    checkpoint : a :class:`~pyro_bdl.storage.checkpoint.Checkpoint` to save progress in and resume from, or None.
     extra : what the model and the plan add for this method: the guide (methods that take one), where
         optimisation starts (``init_loc_fn``), the model's own runner arguments (e.g. MC dropout's sites).
     """
@@ -124,3 +124,7 @@ def model_params(model, data: dict) -> dict:
     with torch.no_grad():
         trace = poutine.trace(model).get_trace(**data)
     return {name: site["value"].detach().clone() for name, site in trace.nodes.items() if site["type"] == "param"}
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit finished but its diagnostics say the result should not be trusted."""

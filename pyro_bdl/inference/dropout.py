@@ -40,7 +40,9 @@ from pyro.infer.autoguide.initialization import InitMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
-from .base import Draws, latent_sites
+from pyro_bdl.inference.base import Draws, latent_sites
+from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, optimise
 
 __all__ = ["DropoutGuide", "DropoutMessenger", "run_mc_dropout"]
 
@@ -80,7 +82,7 @@ class DropoutGuide:
 
 
 class DropoutMessenger(Messenger):
-    """Training-time dropout for a model written with :func:`pyro_bdl.layers.dense` layers.
+    """Training-time dropout for a model written with :func:`pyro_bdl.nn.layers.dense` layers.
 
     Layer ``layerK`` whose weight site ``layerK.weight`` is selected by ``dropout_sites`` gets an
     independent keep-mask per example and input unit, ``(h * z) W^T + b`` with
@@ -112,8 +114,6 @@ def run_mc_dropout(model, data: dict, *, p: float, steps: int, lr: float, sample
     ``info`` holds ``dropout_p`` and, for a model with a noise site ``sigma``, the model precision
     ``tau = 1 / sigma^2`` (standardised units).
     """
-    from .svi import guide_draws, optimise
-
     if dropout_sites is None:
         raise ValueError("mc-dropout needs a model that names its dropout sites (a zoo network)")
     guide = DropoutGuide(model, p, dropout_sites, init_loc_fn)
@@ -131,9 +131,6 @@ def run_mc_dropout(model, data: dict, *, p: float, steps: int, lr: float, sample
 
 
 def _register() -> None:
-    from . import Method, register_method
-    from .svi import ADAM_SETTINGS
-
     register_method(Method(
         "mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
         "prediction; tau = 1/sigma^2", run_mc_dropout,

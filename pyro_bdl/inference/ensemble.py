@@ -12,9 +12,10 @@ import pyro
 import torch
 from pyro.infer.autoguide import init_to_sample
 
-from ..checkpoint import rng_state, set_rng_state
-from .base import Draws
-from .svi import run_map
+from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
+from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.svi import ADAM_SETTINGS, run_map
 
 __all__ = ["run_ensemble"]
 
@@ -47,9 +48,6 @@ def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, prog
 
 
 def _register() -> None:
-    from . import Method, register_method
-    from .svi import ADAM_SETTINGS
-
     register_method(Method(
         "ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each", run_ensemble,
         {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None, **ADAM_SETTINGS},

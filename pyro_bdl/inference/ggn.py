@@ -1,7 +1,7 @@
 r"""The generalised Gauss-Newton (GGN) Laplace approximation of a network's weights, and its linearised network.
 
 For a network :math:`f(x; \theta)` (the parameter of the likelihood that the model computes from its
-:func:`~pyro_bdl.layers.dense` layers: a Normal's mean, a Categorical's logits), with :math:`k` outputs per
+:func:`~pyro_bdl.nn.layers.dense` layers: a Normal's mean, a Categorical's logits), with :math:`k` outputs per
 data point and :math:`P` weights in :math:`\theta`, the GGN at the MAP :math:`\theta_*` is
 
 .. math::
@@ -64,7 +64,7 @@ from pyro import poutine
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
-from .base import observed_sites
+from pyro_bdl.inference.base import observed_sites
 
 __all__ = ["dense_layers", "layer_sites", "LinearisedNetwork", "Curvature", "ggn", "log_marginal_likelihood",
            "marglik_precision", "model_prior"]
@@ -84,18 +84,18 @@ class _DenseRecorder(Messenger):
 
 
 def dense_layers(model, data: dict) -> list[str]:
-    """The names of the model's :func:`~pyro_bdl.layers.dense` layers in the order its forward pass runs them
+    """The names of the model's :func:`~pyro_bdl.nn.layers.dense` layers in the order its forward pass runs them
     (``['layer0', 'layer1']``); a clear error for a model that has none."""
     recorder = _DenseRecorder()
     with torch.no_grad(), poutine.block(), recorder:
         model(**data)
     if not recorder.names:
-        raise ValueError("the model runs no dense layer (pyro_bdl.layers.dense): the GGN Laplace needs a network")
+        raise ValueError("the model runs no dense layer (pyro_bdl.nn.layers.dense): the GGN Laplace needs a network")
     return list(dict.fromkeys(recorder.names))
 
 
 def layer_sites(layers) -> list[str]:
-    """The sample sites of these dense layers, as :func:`pyro_bdl.layers.sample_layers` names them:
+    """The sample sites of these dense layers, as :func:`pyro_bdl.nn.layers.sample_layers` names them:
     ``NAME.weight`` (out, in) and ``NAME.bias`` (out,) per layer."""
     return [f"{name}.{part}" for name in layers for part in ("weight", "bias")]
 
@@ -108,7 +108,7 @@ class LinearisedNetwork(Messenger):
     Each layer computes on dual numbers (``torch.autograd.forward_ad``): primal the network at
     :math:`\theta_*`, tangent the change :math:`\theta - \theta_*`, carried through the activations; the last
     dense layer (the ``L``-th call, ``L`` the number of layers in ``point``) returns primal + tangent.  Weights of
-    any batch shape (a plate of posterior draws) broadcast as in :func:`~pyro_bdl.layers.dense`.
+    any batch shape (a plate of posterior draws) broadcast as in :func:`~pyro_bdl.nn.layers.dense`.
     """
 
     def __init__(self, point: dict):

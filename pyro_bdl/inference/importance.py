@@ -28,8 +28,9 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer.mcmc.util import initialize_model
 
-from ..diagnostics import ConvergenceWarning
-from .base import Draws, latent_sites, observed_sites
+from pyro_bdl.inference.base import ConvergenceWarning
+from pyro_bdl.inference.base import Draws, latent_sites, observed_sites
+from pyro_bdl.inference.method import Method, register_method
 
 #: Degrees of freedom of the Student-t proposal: heavier tails than the Gaussian it approximates.
 PROPOSAL_DF = 5.0
@@ -128,8 +129,6 @@ def run_importance(model, data: dict, *, samples: int, proposal: str, progress: 
 
 
 def _register() -> None:
-    from . import Method, register_method
-
     register_method(Method(
         "importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
         run_importance, {"samples": 4000, "proposal": "laplace"}, requires=frozenset({"continuous", "low-dimensional"}),

@@ -42,8 +42,10 @@ import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoLaplaceApproximation, init_to_median
 
-from .base import Draws, latent_sites
-from .ggn import LinearisedNetwork, dense_layers, ggn, layer_sites, log_marginal_likelihood, marglik_precision, model_prior
+from pyro_bdl.inference.base import Draws, latent_sites
+from pyro_bdl.inference.ggn import LinearisedNetwork, dense_layers, ggn, layer_sites, log_marginal_likelihood, marglik_precision, model_prior
+from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, optimise, run_map
 
 __all__ = ["run_laplace", "run_laplace_ggn", "GaussianWeights", "linearised_predictive", "LINEARISED_AT"]
 
@@ -52,8 +54,6 @@ def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progr
                 init_loc_fn=None, **adam) -> Draws:
     """The mode by ``steps`` of the zoo's optimiser (Adam, ``lr``), then ``samples`` draws from the Gaussian
     with the inverse Hessian; ``guide`` of the result is that Gaussian (an ``AutoMultivariateNormal``)."""
-    from .svi import guide_draws, optimise
-
     guide = AutoLaplaceApproximation(model, init_loc_fn=init_loc_fn or init_to_median)
     losses = optimise(model, guide, Trace_ELBO(), data, steps=steps, lr=lr, progress=progress, desc="laplace",
                       checkpoint=checkpoint, **adam)
@@ -129,8 +129,6 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     at the MAP (:func:`linearised_predictive`; the point is kept in ``params``), with ``"nn"`` through the
     network itself.  ``info`` reports the prior precision, the log marginal likelihood (in the units the model
     works in), the dimension and the effective number of parameters tr(G Sigma)."""
-    from .svi import run_map
-
     _check_choice("subset", subset, SUBSETS)
     _check_choice("predictive", predictive, PREDICTIVES)
     prior_precision = _prior_setting(prior_precision)
@@ -178,9 +176,6 @@ def linearised_predictive(model, params: dict):
 
 
 def _register() -> None:
-    from . import Method, register_method
-    from .svi import ADAM_SETTINGS
-
     register_method(Method(
         "laplace", "svi", "Laplace approximation: the mode, then a Gaussian with the inverse Hessian "
         "(unconstrained coordinates; AutoLaplaceApproximation)", run_laplace,

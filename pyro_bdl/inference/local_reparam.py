@@ -14,7 +14,7 @@ example's pre-activation independently: the same expected log-likelihood, a grad
 of much lower variance, one noise draw per example and unit instead of per weight.
 
 How: the guide's weight draws are remembered by identity (the model sees the very tensors the
-guide drew, through the ELBO's replay), and the model's :func:`~pyro_bdl.layers.dense`
+guide drew, through the ELBO's replay), and the model's :func:`~pyro_bdl.nn.layers.dense`
 operations whose ``W`` is such a draw are answered with the draw above.  Only the likelihood
 changes: the weights are still sampled, so the KL term (analytic or ``log q - log p`` at the
 draw) is what it was.  A layer whose guide is not a plain Normal is left as it is.
@@ -24,7 +24,7 @@ Example
 >>> import torch, pyro, functools
 >>> from pyro.infer import Trace_ELBO
 >>> from pyro_bdl.models.bnn import bnn_regressor
->>> from pyro_bdl.networks import bbb_guide
+>>> from pyro_bdl.models.networks import bbb_guide
 >>> model = functools.partial(bnn_regressor, hidden=(8,), noise=0.1)
 >>> guide = bbb_guide(model)
 >>> lrt_model, lrt_guide = LocalReparam().wrap(model, guide)

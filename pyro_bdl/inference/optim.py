@@ -31,7 +31,7 @@ import torch
 import pyro
 from pyro.optim import PyroOptim
 
-from . import pyro_internals
+from pyro_bdl.inference import pyro_internals
 
 __all__ = ["FastClippedAdam"]
 

@@ -18,7 +18,7 @@ two optimiser settings, :data:`ADAM_SETTINGS`, passed through to :func:`make_svi
 ``grad_clamp``, the elementwise gradient clamp (:data:`GRADIENT_CLAMP`; ``inf`` turns it off), and
 ``lr_hold``, the fraction of the steps at the full rate before it decays (:data:`LR_HOLD`).
 ``svi`` and ``svi-meanfield`` take three more settings (:func:`make_elbo`): ``jit`` (compile the
-ELBO once, :mod:`pyro_bdl.inference.jit`; same loss and gradients), ``vectorize`` (``particles``
+ELBO once, :mod:`pyro_bdl.inference.compiled_elbo`; same loss and gradients), ``vectorize`` (``particles``
 draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local reparameterisation trick for a network's ``dense``
 layers, :mod:`pyro_bdl.inference.local_reparam`).
 :func:`optimise` validates the distributions' arguments at the first step only.
@@ -40,24 +40,25 @@ import pyro.infer
 from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import torch_item
 
-from ..checkpoint import kept_rng, rng_state, set_rng_state
-from ..diagnostics import ConvergenceWarning
-from .base import Draws, as_flag, latent_sites
-from .guides import MeanFieldGuide, drop_priors, make_guide
-from .jit import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
-from .local_reparam import LocalReparam
-from .optim import FastClippedAdam
+from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
+from pyro_bdl.inference.base import ConvergenceWarning
+from pyro_bdl.inference.base import Draws, as_flag, latent_sites
+from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
+from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.local_reparam import LocalReparam
+from pyro_bdl.inference.optim import FastClippedAdam
+from pyro_bdl.inference.method import Method, register_method
 
 #: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
 #: final parameters settle instead of jittering at the optimiser's noise floor.
 FINAL_LR_FRACTION = 0.01
 #: ... from the first step, or after holding ``lr`` for the fraction ``lr_hold`` of the steps (a setting;
-#: the networks' SVI path holds it for half: see :mod:`pyro_bdl.networks`).
+#: the networks' SVI path holds it for half: see :mod:`pyro_bdl.models.networks`).
 LR_HOLD = 0.0
 #: The default of the ``grad_clamp`` setting: ClippedAdam clamps every gradient entry to
 #: [-grad_clamp, grad_clamp] (an elementwise clamp, despite Pyro's name clip_norm; ``inf``: none).  It
 #: guards far-off starts.  On networks, whose summed-likelihood gradients are about 1e5, it makes Adam
-#: close to sign descent; the networks' SVI path turns it off (see :mod:`pyro_bdl.networks`).
+#: close to sign descent; the networks' SVI path turns it off (see :mod:`pyro_bdl.models.networks`).
 GRADIENT_CLAMP = 10.0
 #: The optimiser's settings and their defaults, as every optimisation-based method lists them.
 ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
@@ -117,7 +118,7 @@ def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = G
 def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False):
     """``Trace_ELBO`` (``kind="trace"``) or ``TraceMeanField_ELBO`` (``"meanfield"``) with ``particles``
     draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
-    ``particles > 1``, compiled (:mod:`pyro_bdl.inference.jit`) when ``jit``."""
+    ``particles > 1``, compiled (:mod:`pyro_bdl.inference.compiled_elbo`) when ``jit``."""
     classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
     cls = classes[kind][as_flag(jit)]
     return cls(num_particles=int(particles), vectorize_particles=as_flag(vectorize) and int(particles) > 1)
@@ -131,7 +132,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     A non-finite loss stops training with a :class:`~pyro_bdl.ConvergenceWarning`; if the parameters
     themselves went non-finite, they are put back to the last finite ones (saved every
     ``SNAPSHOT_EVERY`` steps), so the fit still has a guide to draw from.  With a
-    :class:`~pyro_bdl.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
+    :class:`~pyro_bdl.storage.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
     every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it stopped.
 
     ``monitor`` (optional) watches training: ``monitor.after_step(step, losses, bar)`` runs after every step
@@ -329,8 +330,6 @@ def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=Non
 
 
 def _register() -> None:
-    from . import Method, register_method
-
     common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
               "jit": False, "vectorize": False, "local_reparam": False}
     point = {"steps": 2000, "lr": 0.02, "batch_size": None, **ADAM_SETTINGS}

@@ -1,0 +1,49 @@
+"""Checks on the data a model is fitted to, before any work: warnings about data that can be fitted but
+probably should not be as it is (a constant column).  The checks that refuse data (NaN, a missing column, a CSV
+that is not one) raise :class:`~pyro_bdl.data.table.DataError` where the data are read (:mod:`pyro_bdl.data.table`).
+
+Example
+-------
+>>> import warnings, torch
+>>> from pyro_bdl.data.table import Dataset
+>>> with warnings.catch_warnings(record=True) as caught:
+...     warnings.simplefilter("always")
+...     check_training_data(Dataset("d", torch.tensor([[1.0, 2.0], [1.0, 3.0]]), torch.tensor([0.0, 1.0])))
+>>> str(caught[0].message)
+"d: feature column(s) 'x0' are constant and carry no information"
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+__all__ = ["DataWarning", "check_training_data"]
+
+
+class DataWarning(UserWarning):
+    """Data that can be fitted but probably should not be as it is (a constant column)."""
+
+
+def check_training_data(dataset, regression: bool = True, features: bool = True) -> None:
+    """Warn (:class:`DataWarning`) about constant columns of the data a model is fitted to.  A constant target
+    is kept, not refused: all heads is a fair coin experiment and all one class a fair classification
+    sample (no warning for those: ``regression=False``), but a regression on it has nothing to learn (its
+    noise sd collapses towards zero), so the warning says so.  A constant feature column carries no
+    information (with standardisation it is centred to zero); ``features=False`` for a model of the columns
+    themselves (a VAE's pixels: a constant pixel is data, not an uninformative input)."""
+    name = dataset.name
+    y = dataset.y
+    if regression and y is not None and len(y) > 1 and bool((y == y[0]).all()):
+        warnings.warn(f"{name}: the target '{dataset.target_name}' is constant ({float(y[0]):g} in every row); "
+                      "a regression on it has nothing to learn (its noise sd collapses towards zero)", DataWarning,
+                      stacklevel=3)
+    X = dataset.X
+    if features and X.ndim == 2 and X.shape[0] > 1 and X.shape[1] > 0:
+        constant = torch.nonzero((X == X[0]).all(dim=0)).flatten().tolist()
+        if constant:
+            names = [dataset.feature_names[i] if i < len(dataset.feature_names) else str(i) for i in constant]
+            shown = ", ".join(map(repr, names[:5])) + (" ..." if len(names) > 5 else "")
+            warnings.warn(f"{name}: feature column(s) {shown} are constant and carry no information", DataWarning,
+                          stacklevel=3)

@@ -1,0 +1,70 @@
+"""The ``nuts`` and ``hmc`` methods on the zoo's own kernel (``kernel="zoo"``, the default).
+
+:func:`run_zoo_mcmc` builds the model's flat potential once (:func:`~pyro_bdl.inference.mcmc.potential.flat_potential`,
+shared across fits of the same model and data shapes), runs all chains together as one batch
+(:func:`~pyro_bdl.inference.mcmc.kernel.sample`), and returns the same
+:class:`~pyro_bdl.inference.base.Draws` as Pyro's kernels: draws in constrained space and the
+per-draw ``diverging``, ``step_size``, ``n_steps``, ``tree_depth`` (NUTS), ``lp``.
+
+Checkpoints hold finished chains, as with Pyro's kernels (a rerun with more chains runs the missing ones),
+and the state of the batch being run, saved every minute and on Ctrl-C
+(:data:`~pyro_bdl.inference.mcmc.kernel.SAVE_EVERY_SECONDS`): an interrupted run resumes where it stopped
+and draws what the uninterrupted run would have drawn.  The seed of a batch is drawn from torch's global
+generator (``pyro.set_rng_seed``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
+from pyro_bdl.inference.base import Draws, as_flag
+from pyro_bdl.inference.mcmc.kernel import sample
+from pyro_bdl.inference.mcmc.potential import flat_potential
+
+__all__ = ["run_zoo_mcmc", "stack_chains"]
+
+
+def stack_chains(done: list) -> Draws:
+    """Finished chains (``{"samples", "stats", "accept"}`` each) stacked as (chains, draws, ...)."""
+    samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
+    stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
+    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
+            "divergences": int(stats_out["diverging"].sum())}
+    return Draws(samples_out, sample_stats=stats_out, info=info)
+
+
+def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
+                 target_accept: float = 0.8, max_tree_depth: int = 10, jit=False, full_mass=False,
+                 checkpoint=None) -> Draws:
+    """Kernel ``name`` ("nuts" or "hmc") on all chains at once; ``jit``: compile the sampler's steps fused
+    with the potential from the start (else they run traced, by the static runtime, and are compiled only when
+    the run is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.mcmc.kernel.COMPILE_AFTER_STEPS`).
+    Same arguments as :func:`pyro_bdl.inference.mcmc.methods.run_mcmc`."""
+    state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
+    done = state["chains"]
+    if done or "batch" in state:
+        set_rng_state(state["rng"])
+    remaining = chains - len(done)
+    if remaining > 0:
+        batch = state.get("batch")  # an interrupted batch: its generator's state is in it, no new seed
+        seed = int(torch.randint(0, 2**62, ())) if batch is None else 0
+        rng = rng_state()
+
+        def save_batch(sampler_state):
+            checkpoint.save({"chains": done, "rng": rng, "batch": sampler_state})
+
+        potential = flat_potential(model, data, remaining, compile=False)
+        out = sample(potential, potential.data_tensors(data), chains=remaining, warmup=warmup, samples=samples,
+                     kernel=name, target_accept=target_accept, max_tree_depth=max_tree_depth,
+                     full_mass=as_flag(full_mass), seed=seed, compile=True if as_flag(jit) else "auto",
+                     progress=progress, resume=batch, on_save=None if checkpoint is None else save_batch)
+        values = potential.unpack(out.theta)
+        for c in range(remaining):
+            done.append({"samples": {k: v[c].detach().clone() for k, v in values.items()},
+                         "stats": {k: torch.as_tensor(v[c]) for k, v in out.stats.items()},
+                         "accept": float(out.accept[c])})
+        if checkpoint is not None:
+            checkpoint.save({"chains": done, "rng": rng_state()})
+    return stack_chains(done)

@@ -1,0 +1,202 @@
+"""The method table: :class:`Method` (a runner, its settings and what a model must be for it), the domains of
+numeric settings, and :data:`METHODS`, filled by the method modules that :mod:`pyro_bdl.inference` lists.
+
+A method module declares its methods with :func:`register_method` at import; each declares what a model must be
+for it to suit it (``requires``: traits such as ``continuous`` or ``network``, matched against each model's
+:attr:`~pyro_bdl.registry.ModelSpec.traits`) and how its settings are typed.  A fit hands the method one
+:class:`~pyro_bdl.inference.base.RunContext` (model, data, progress, checkpoint, the model's extra arguments) and its
+settings (:meth:`Method.execute`); every runner has the signature
+``run(model, data, *, progress, **extra, **settings) -> Draws``.
+
+Example
+-------
+>>> m = Method("demo", "point", "a method that does nothing", run=lambda model, data, **kw: None,
+...            defaults={"steps": 100, "jit": False})
+>>> m.resolve_settings({"steps": "250", "jit": "true"})
+{'steps': 250, 'jit': True}
+>>> m.resolve_settings({"steps": 0})
+Traceback (most recent call last):
+...
+ValueError: setting 'steps' of inference 'demo' must be a whole number >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pyro_bdl.inference.base import Draws, RunContext, as_flag
+
+__all__ = ["Method", "METHODS", "register_method", "get_method", "Domain", "SETTING_DOMAINS"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """An inference method: name, family, one-line summary, runner, default settings, and what it needs.
+
+    Attributes
+    ----------
+    family : how its output is diagnosed: ``"svi"`` (a loss trace), ``"point"``, ``"mcmc"`` (chains),
+        ``"importance"`` (weights) or ``"ensemble"`` (members as chains).
+    requires : the traits a model must declare for the method to suit it (``continuous``: every latent
+        site continuous; ``low-dimensional``: few enough parameters for random-walk, score-function or
+        importance-sampling methods; ``network``: weights in :func:`pyro_bdl.nn.layers.dense` layers).
+    refuses : the traits that rule the method out.  By default ``improper-prior`` (a prior without a
+        normalising constant, e.g. sparse VD's log-uniform: the posterior may not exist, nor a mode, nor
+        prior draws; and at a draw its log density, -log|w|, has a gradient 1/w of infinite variance under a
+        Normal q), which only ``svi-meanfield`` (the KL in closed form or approximated) and ``mle`` (no
+        prior) accept.
+    takes_guide : accepts a guide (SVI methods).
+    takes_init : starts from a point the model may choose (its ``init_loc_fn``).
+    point_estimate : returns one point (one draw), not a posterior sample.
+    resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
+    quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
+        that the method runs end to end, not that it is accurate.
+    predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
+        than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
+        saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
+    """
+
+    name: str
+    family: str
+    summary: str
+    run: Callable[..., Draws]
+    defaults: Mapping[str, Any]
+    requires: frozenset = frozenset({"continuous"})
+    refuses: frozenset = frozenset({"improper-prior"})
+    takes_guide: bool = False
+    takes_init: bool = False
+    point_estimate: bool = False
+    resumable: bool = True
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    predictive_model: Callable | None = None
+
+    def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
+        """Run on a :class:`~pyro_bdl.inference.base.RunContext` with resolved ``settings``: the one call every
+        fit makes; the runner gets ``(model, data, progress=..., [checkpoint=...], **extra, **settings)``."""
+        saver = {"checkpoint": context.checkpoint} if context.checkpoint is not None else {}
+        return self.run(context.model, context.data, progress=context.progress, **saver, **context.extra, **settings)
+
+    def suits(self, traits) -> bool:
+        """Whether a model with these traits can be fitted with this method."""
+        return self.requires <= frozenset(traits) and not self.refuses & frozenset(traits)
+
+    def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
+        """Defaults filled in; unknown settings rejected with the list of known ones."""
+        unknown = sorted(k for k, v in settings.items() if k not in self.defaults and v is not None)
+        if unknown:
+            raise ValueError(
+                f"unknown setting {', '.join(map(repr, unknown))} for inference '{self.name}'; "
+                f"its settings are: {', '.join(self.defaults)}"
+            )
+        resolved = dict(self.defaults)
+        resolved.update({k: self._typed(k, v) for k, v in settings.items() if v is not None})
+        return resolved
+
+    def _typed(self, key: str, value):
+        """A numeric setting (its default is a number, or it has a :data:`SETTING_DOMAINS` entry) as that
+        number: text such as the CLI's ``--set steps=500`` is read, whole numbers stay whole, and the value
+        must lie in the setting's domain; anything else is a clear error."""
+        domain = SETTING_DOMAINS.get(key)
+        default = self.defaults[key]
+        if isinstance(default, bool):
+            try:
+                return as_flag(value)
+            except ValueError as exc:
+                raise ValueError(f"setting '{key}' of inference '{self.name}': {exc}") from None
+        if domain is None and not isinstance(default, (int, float)):
+            return value  # names
+        if domain is None:
+            domain = Domain(type(default))
+        return domain.check(value, f"setting '{key}' of inference '{self.name}'")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a numeric setting admits: ``kind`` (``int``: a count, or ``float``) in the interval from
+    ``low`` to ``high``, each end included unless ``open_low`` / ``open_high``; infinity only where an
+    end is infinite and ``finite`` is False (``grad_clamp=inf`` means no clamp; ``lr=inf`` means nothing)."""
+
+    kind: type
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    finite: bool = False
+
+    def admits(self, x) -> bool:
+        above = x > self.low if self.open_low else x >= self.low
+        below = x < self.high if self.open_high else x <= self.high
+        return above and below and (math.isfinite(x) or not self.finite)
+
+    def check(self, value, what: str, given=None):
+        """``value`` (a number, or text such as ``"500"``) as a number of this kind in this domain; else a
+        ``ValueError`` naming ``what``, the value (``given``, the text it was read from, if not ``value``)
+        and the domain.
+
+        >>> Domain(float, 0, open_low=True).check("-1", "option 'noise'")
+        Traceback (most recent call last):
+        ...
+        ValueError: option 'noise' must be a number > 0, got '-1'
+        """
+        number, value = value, value if given is None else given
+        if isinstance(number, str):
+            try:
+                number = float(number.strip())
+            except ValueError:
+                raise ValueError(f"{what} must be a number, got {value!r}") from None
+        if isinstance(number, bool) or not isinstance(number, numbers.Real) or math.isnan(number):
+            raise ValueError(f"{what} must be a number, got {value!r}")
+        if self.kind is int:  # a count
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError(f"{what} must be a whole number, got {value!r}")
+            number = int(number)
+        else:
+            number = float(number)
+        if not self.admits(number):
+            raise ValueError(f"{what} must be {self.describe()}, got {value!r}")
+        return number
+
+    def describe(self) -> str:
+        """E.g. 'a whole number >= 1', 'a finite number > 0', 'a number in (0, 1)'."""
+        noun = "a whole number" if self.kind is int else ("a finite number" if self.finite else "a number")
+        if self.high == math.inf:
+            return f"{noun} {'>' if self.open_low else '>='} {self.low:g}"
+        return f"{noun} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+
+
+#: What each numeric setting admits, for every method that has it (the one place these are declared;
+#: ``batch_size``'s default, None = the whole data, shows no type, so its kind comes from here).
+SETTING_DOMAINS: dict[str, Domain] = {
+    "steps": Domain(int, 1), "samples": Domain(int, 1), "chains": Domain(int, 1), "warmup": Domain(int, 0),
+    "particles": Domain(int, 1), "members": Domain(int, 1), "batch_size": Domain(int, 1),
+    "max_tree_depth": Domain(int, 1),
+    "lr": Domain(float, 0, open_low=True, finite=True), "grad_clamp": Domain(float, 0, open_low=True),
+    "lr_hold": Domain(float, 0, 1, open_high=True),
+    "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
+    "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
+    "epochs": Domain(int, 1), "patience": Domain(int, 1), "is_samples": Domain(int, 1),
+    "kl_warmup": Domain(float, 0, finite=True),  # epochs over which the KL term's factor rises to 1
+    "validation": Domain(float, 0, 1, open_high=True),  # the fraction of rows held out for early stopping
+}
+
+
+#: Every registered method by name, filled as the modules of this package register theirs.
+METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method) -> Method:
+    """Add an inference method (called at import time by the module that implements it)."""
+    if method.name in METHODS and METHODS[method.name] is not method:
+        raise ValueError(f"inference method '{method.name}' is registered twice")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    """The :class:`Method` called ``name``; a clear error for unknown names."""
+    if name not in METHODS:
+        raise ValueError(f"unknown inference method '{name}'; known methods: {', '.join(METHODS)}")
+    return METHODS[name]

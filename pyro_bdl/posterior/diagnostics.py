@@ -1,0 +1,166 @@
+"""Convergence checks after a fit, and comparisons across methods.
+
+Thresholds follow Vehtari et al. (2021): split-R-hat below 1.01, bulk and tail ESS of at least
+100 per chain, and no divergent transitions.
+
+Example
+-------
+>>> import numpy as np
+>>> svi_report(np.linspace(10, 1, 200).tolist() + [1.0] * 800)["settled"]
+True
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from pyro_bdl.inference.base import ConvergenceWarning
+
+__all__ = ["ConvergenceWarning", "mcmc_report", "svi_report", "importance_report", "compare_methods", "compare_loo"]
+
+#: The diagnostics a fit records in ``info`` that a user reads first (printed by ``pyro-bdl fit``).
+DIAGNOSTIC_KEYS = ("final_elbo", "max_r_hat", "min_ess_bulk", "divergences", "importance_ess")
+
+RHAT_MAX = 1.01
+ESS_PER_CHAIN_MIN = 100
+
+
+def _ess_table(idata, var_names=None) -> pd.DataFrame:
+    """Bulk and tail ESS per scalar, rows named as az.summary names them (``w``, ``w[3]``, ``w[0, 2]``)."""
+    import arviz as az
+
+    columns = {}
+    for method in ("bulk", "tail"):
+        rows = {}
+        for name, values in az.ess(idata, var_names=var_names, method=method).data_vars.items():
+            array = np.asarray(values.values, dtype=float)
+            for index in np.ndindex(array.shape):
+                rows[f"{name}[{', '.join(map(str, index))}]" if index else name] = float(array[index])
+        columns[f"ess_{method}"] = rows
+    return pd.DataFrame(columns)
+
+
+def _divergences(idata) -> int:
+    stats = getattr(idata, "sample_stats", None)  # absent for draws that came without sampler statistics
+    return int(stats["diverging"].sum()) if stats is not None and "diverging" in stats else 0
+
+
+def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
+    """max r_hat, min bulk/tail ESS and the number of divergences; warns naming what is wrong."""
+    import arviz as az
+
+    chains = idata.posterior.sizes["chain"]
+    if chains > 1:  # round_to="none": az.summary rounds r_hat to 2 decimals by default (1.005 reads as 1.01)
+        summary = az.summary(idata, var_names=var_names, kind="diagnostics", round_to="none")
+    else:  # ESS only: az.summary's r_hat would log a shape warning; the one-chain warning below says it plainly
+        summary = _ess_table(idata, var_names)
+    report = {
+        "max_r_hat": float(summary["r_hat"].max()) if chains > 1 else float("nan"),
+        "min_ess_bulk": float(summary["ess_bulk"].min()),
+        "min_ess_tail": float(summary["ess_tail"].min()),
+        "divergences": _divergences(idata),
+    }
+    if not warn:
+        return report
+    problems = []
+    if chains > 1 and report["max_r_hat"] > RHAT_MAX:
+        worst = summary["r_hat"].idxmax()
+        problems.append(f"r_hat = {report['max_r_hat']:.3f} > {RHAT_MAX} (worst: {worst})")
+    if chains == 1:
+        problems.append("only one chain: r_hat cannot be checked (use chains >= 2)")
+    ess_min = ESS_PER_CHAIN_MIN * chains
+    for kind in ("bulk", "tail"):
+        col = f"ess_{kind}"
+        if report[f"min_{col}"] < ess_min:
+            problems.append(f"{kind} ESS = {report[f'min_{col}']:.0f} < {ess_min} (worst: {summary[col].idxmin()})")
+    if report["divergences"]:
+        problems.append(f"{report['divergences']} divergent transitions (raise target_accept or reparameterise)")
+    if problems:
+        warnings.warn("MCMC diagnostics: " + "; ".join(problems), ConvergenceWarning, stacklevel=3)
+    return report
+
+
+def svi_report(losses, warn: bool = True) -> dict:
+    """Final ELBO (mean of the last 10% of -loss) and whether the loss has settled.
+
+    Settled: the means of the last two tenths of the run differ by less than three standard
+    errors, or by less than 0.1% of the loss.
+    """
+    losses = np.asarray(losses, dtype=float)
+    report = {"final_elbo": float("nan"), "settled": False, "steps_run": int(len(losses))}
+    if len(losses) == 0 or not np.isfinite(losses[-1]):
+        if warn:
+            warnings.warn("SVI: the loss is NaN or infinite; the fit is not usable", ConvergenceWarning, stacklevel=3)
+        return report
+    k = max(len(losses) // 10, 1)
+    last, prev = losses[-k:], losses[-2 * k : -k] if len(losses) >= 2 * k else losses[:k]
+    diff = abs(last.mean() - prev.mean())
+    se = np.sqrt(last.var() / len(last) + prev.var() / len(prev))
+    report["final_elbo"] = float(-last.mean())
+    report["settled"] = bool(diff <= 3 * se or diff <= 1e-3 * abs(last.mean()))
+    if warn and not report["settled"]:
+        warnings.warn(
+            f"SVI: the loss has not settled (the last two tenths of the run differ by {diff:.3g}, "
+            f"standard error {se:.3g}); run more steps (--steps)",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return report
+
+
+def importance_report(ess: float, draws: int, warn: bool = True) -> dict:
+    """Warn when the importance weights' ESS is below 1% of the draws or below 50."""
+    if warn and (ess < 0.01 * draws or ess < 50):
+        warnings.warn(
+            f"importance sampling: the weights' effective sample size is {ess:.1f} of {draws} draws; "
+            "estimates are unreliable (use a better proposal or more samples)",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return {"importance_ess": float(ess)}
+
+
+def compare_methods(results: Mapping[str, object], sites=None) -> pd.DataFrame:
+    """Posterior mean and sd of every site element, one column pair per method.
+
+    ``results`` maps a label (e.g. the method) to a :class:`~pyro_bdl.result.FitResult`.
+    Rows are site elements (``w[0]``, ``b``, ...); columns a (method, statistic) MultiIndex.
+    """
+    frames = {}
+    for label, result in results.items():
+        rows = {}
+        for name, value in result.samples.items():
+            if sites is not None and name not in sites:
+                continue
+            flat = value.reshape(value.shape[0] * value.shape[1], -1).double()
+            for j in range(flat.shape[1]):
+                key = name if value[0, 0].dim() == 0 else f"{name}[{j}]"
+                sd = float(flat[:, j].std()) if flat.shape[0] > 1 else float("nan")
+                rows[key] = {"mean": float(flat[:, j].mean()), "sd": sd}
+        frames[label] = pd.DataFrame(rows).T
+    return pd.concat(frames, axis=1)
+
+
+#: PSIS-LOO from fewer posterior draws than this is not an estimate: ``compare_loo`` leaves such fits out.
+MIN_LOO_DRAWS = 100
+
+
+def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
+    """``az.compare`` on PSIS-LOO for the fits that have a posterior sample of at least :data:`MIN_LOO_DRAWS`
+    draws (point estimates and, e.g., a 5-member ensemble are left out, with a warning naming them: their
+    "LOO" would be the in-sample fit)."""
+    import arviz as az
+
+    few = [k for k, r in results.items() if not r.point_estimate and r.num_draws < MIN_LOO_DRAWS]
+    if few:
+        warnings.warn(f"compare_loo leaves out {', '.join(few)}: fewer than {MIN_LOO_DRAWS} posterior draws",
+                      UserWarning, stacklevel=2)
+    idatas = {k: r.to_inference_data() for k, r in results.items()
+              if not r.point_estimate and r.num_draws >= MIN_LOO_DRAWS}
+    if len(idatas) < 2:
+        raise ValueError("compare_loo needs at least two fits with posterior samples")
+    return az.compare(idatas, ic="loo", **kwargs)

@@ -1,0 +1,136 @@
+"""The one place that turns any fit into ArviZ InferenceData.
+
+Groups: ``posterior`` (chains, draws), ``posterior_predictive`` (one y per draw, training
+inputs), ``log_likelihood`` (pointwise, for LOO/WAIC), ``observed_data``, ``constant_data``
+(the other model arguments, e.g. X), and ``sample_stats``: MCMC statistics (``diverging``,
+``step_size``, ``n_steps``, ``tree_depth``, ``lp``), importance ``log_weight``, or the SVI loss
+trace as ``loss`` over a ``step`` dimension.  ``posterior.attrs`` record the model, method,
+seed, options and whether the posterior is a point estimate.
+
+A site whose draws are zero at the same entries in every draw, for at least half of its entries (a pruned
+network's weights: sparse variational dropout), is stored as its other entries only, over a dimension
+``{site}_kept`` whose coordinate is each entry's flat index in the site's shape (``attrs["dense_shape"]``);
+:func:`samples_from_inference_data` puts the zeros back.  Nothing is lost, and ArviZ summarises the kept
+weights, not hundreds of thousands of zeros.
+"""
+
+from __future__ import annotations
+
+import json
+
+import arviz as az
+import numpy as np
+import xarray as xr
+
+__all__ = ["to_inference_data", "samples_from_inference_data"]
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def _stored(samples: dict) -> tuple[dict, dict, dict, dict]:
+    """The posterior arrays ArviZ gets, their dims and coords, and the dense shape of each site stored sparse."""
+    posterior, dims, coords, shapes = {}, {}, {}, {}
+    for name, value in samples.items():
+        array = value.detach().double().numpy()
+        if array.ndim > 2 and array[0, 0].size > 1:
+            flat = array.reshape(array.shape[:2] + (-1,))
+            kept = np.flatnonzero((flat != 0).any(axis=(0, 1)))
+            if 2 * kept.size <= flat.shape[-1]:  # zero at the same entries in every draw, at least half of them
+                dim = f"{name}_kept"
+                posterior[name], dims[name], coords[dim] = flat[:, :, kept], [dim], kept
+                shapes[name] = list(array.shape[2:])
+                continue
+        posterior[name] = array
+    return posterior, dims, coords, shapes
+
+
+def to_inference_data(result) -> az.InferenceData:
+    """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`.
+
+    A fit without posterior draws (every latent local to a row: an amortised model) has no ``posterior``,
+    ``posterior_predictive`` or ``log_likelihood`` group; the attributes go on its other groups."""
+    pred = result.training_predictive if result.samples else _observed_only(result)
+    posterior, dims, coords, sparse = _stored(result.samples)
+    observed = [np.asarray(v) for v in pred.observed.values()]
+    constant = {  # the model's other tensor arguments (features): not the observed values again
+        k: v.numpy()
+        for k, v in result.data.items()
+        if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0
+        and not any(v.shape == o.shape and np.array_equal(v.numpy(), o) for o in observed)
+    }
+    info = result.info
+    options = info.get("options", {})
+    if result.spec is not None:
+        options = result.spec.options_on_disk(options)
+    attrs = {
+        "inference": result.method,
+        "model": info.get("model", getattr(result.model, "__name__", "model")),
+        "point_estimate": int(result.point_estimate),
+        "seed": info.get("seed", -1),
+        "options": json.dumps({k: _jsonable(v) for k, v in options.items()}),
+        "feature_names": json.dumps(info.get("feature_names", [])),
+        "target": info.get("target") or "",
+        "likelihood_sites": json.dumps(list(result.likelihood_sites)),
+        "inference_library": "pyro_bdl",
+        "standardizer": json.dumps(result.standardizer.to_dict()) if result.standardizer is not None else "",
+    }
+    idata = az.from_dict(
+        posterior=posterior,
+        dims=dims or None,
+        coords=coords or None,
+        posterior_predictive={s: v[:, :, 0] for s, v in pred.draws.items()},
+        log_likelihood=pred.log_likelihood or None,
+        observed_data=pred.observed or None,
+        constant_data=constant or None,
+        sample_stats=dict(result.sample_stats) or None,
+    )
+    if result.losses is not None:
+        losses = np.asarray(result.losses, dtype=float)
+        dims = ("step",) if losses.ndim == 1 else ("member", "step")  # ensembles: one loss trace per member
+        loss = xr.Dataset({"loss": (dims, losses)})
+        idata.add_groups(sample_stats=loss)
+    for group in idata.groups():
+        idata[group].attrs.update(attrs)
+    for name, shape in sparse.items():
+        idata.posterior[name].attrs["dense_shape"] = shape
+    return idata
+
+
+def _observed_only(result):
+    """The observed values of the likelihood sites, read from one run of the model on the fit's data (a
+    :class:`~pyro_bdl.posterior.predictive.PredictiveDraws` with nothing else)."""
+    import torch
+    from pyro import poutine
+
+    from pyro_bdl.posterior.predictive import PredictiveDraws
+
+    with torch.no_grad(), result.own_params():
+        trace = poutine.trace(result.model).get_trace(**result.data)
+    observed = {s: trace.nodes[s]["value"].numpy() for s in result.likelihood_sites}
+    return PredictiveDraws({}, {}, {}, {}, observed, {}, {})
+
+
+def samples_from_inference_data(idata: az.InferenceData) -> dict:
+    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32; empty without one), sites
+    stored sparse made whole again."""
+    import torch
+
+    if "posterior" not in idata.groups():
+        return {}
+    samples = {}
+    for name, da in idata.posterior.data_vars.items():
+        value = torch.tensor(da.values, dtype=torch.float32)
+        if "dense_shape" in da.attrs:
+            shape = [int(v) for v in np.atleast_1d(da.attrs["dense_shape"])]
+            index = torch.tensor(np.array(da[f"{name}_kept"].values, dtype=np.int64))
+            whole = value.new_zeros(tuple(value.shape[:2]) + (int(np.prod(shape)),))
+            whole[:, :, index] = value
+            value = whole.reshape(tuple(value.shape[:2]) + tuple(shape))
+        samples[name] = value
+    return samples

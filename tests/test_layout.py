@@ -1,0 +1,182 @@
+"""The package's layout holds: each layer imports only the layers below it, no module imports itself back through
+others (imports inside functions included), the top level stays small, functions stay short, and the engine names
+no zoo model.
+
+The layers, lowest first (README, "Layout"): ``data`` < ``storage`` < ``nn`` < ``inference.compile`` <
+``inference`` < ``posterior`` < the faces (``registry``, ``result``, ``fit``, ``store``, ``cli``) < ``models`` <
+``studies`` < the package itself (``pyro_bdl/__init__``, which imports the zoo last).  The graph is read from the
+source (``ast``), so an import hidden in a function counts as much as one at the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pyro_bdl"
+
+#: module-name prefix -> layer (the longest matching prefix decides)
+LAYERS = {
+    "pyro_bdl.data": 0,
+    "pyro_bdl.storage": 1,
+    "pyro_bdl.nn": 2,
+    "pyro_bdl.inference.compile": 3,
+    "pyro_bdl.inference": 4,
+    "pyro_bdl.posterior": 5,
+    "pyro_bdl.registry": 6, "pyro_bdl.result": 6, "pyro_bdl.fit": 6, "pyro_bdl.store": 6, "pyro_bdl.cli": 6,
+    "pyro_bdl.models": 7,
+    "pyro_bdl.studies": 8,
+    "pyro_bdl": 9,
+}
+LAYER_NAMES = ["data", "storage", "nn", "inference.compile", "inference", "posterior", "faces", "models", "studies",
+               "the package"]
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (anywhere in its body), read from the source under ``root``.
+    ``from a.b import c`` counts as an import of ``a.b.c`` where that is a module, else of ``a.b``; relative
+    imports are resolved against the importing module."""
+    paths = {module_name(p, root): p for p in root.rglob("*.py")}
+    top = root.name
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t == top or t.startswith(top + "."))
+        graph[name] = {t for t in edges if t != name}
+    return graph
+
+
+def layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a higher layer by a lower one, as readable lines."""
+    return sorted(f"{a} ({LAYER_NAMES[layer(a)]}) imports {b} ({LAYER_NAMES[layer(b)]})"
+                  for a, targets in graph.items() for b in targets if layer(b) > layer(a))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_each_layer_imports_only_lower_layers():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_checks_see_what_they_exist_to_see(tmp_path):
+    """The graph reader finds an import hidden in a function, a relative import and a cycle through it; the layer
+    check flags data importing inference (as ``data.py`` <-> ``validate.py`` and ``datasets`` -> ``uncertainty``
+    did before the layout of issue 30)."""
+    root = tmp_path / "pyro_bdl"
+    (root / "data").mkdir(parents=True)
+    (root / "inference").mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "data" / "__init__.py").write_text("")
+    (root / "inference" / "__init__.py").write_text("")
+    (root / "data" / "table.py").write_text("def load():\n    from pyro_bdl.data.checks import check\n")
+    (root / "data" / "checks.py").write_text("from .table import load\nfrom pyro_bdl.inference import base\n")
+    (root / "inference" / "base.py").write_text("")
+    graph = import_graph(root)
+    assert graph["pyro_bdl.data.table"] == {"pyro_bdl.data.checks"}
+    assert graph["pyro_bdl.data.checks"] == {"pyro_bdl.data.table", "pyro_bdl.inference.base"}
+    assert cycles(graph) == [["pyro_bdl.data.checks", "pyro_bdl.data.table"]]
+    assert upward_imports(graph) == ["pyro_bdl.data.checks (data) imports pyro_bdl.inference.base (inference)"]
+
+
+def test_top_level_is_the_faces():
+    modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(modules) <= 10, modules
+    assert set(modules) <= {"cli", "fit", "registry", "result", "store"}, modules
+
+
+@pytest.mark.parametrize("limit", [90])
+def test_no_long_function(limit):
+    """No function of the package (docstring included) runs over ``limit`` lines."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} "
+                            f"({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
+
+
+def _strings_outside_docstrings(tree: ast.AST):
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node
+
+
+def test_engine_names_no_zoo_model():
+    """Outside ``pyro_bdl/models/`` no string of the code (docstrings aside; messages and options included) is a
+    zoo model's name: the engine asks a model for what it declares, and a study takes its model as an argument."""
+    import pyro_bdl
+
+    names = {spec.name for spec in pyro_bdl.list_models()}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if "models" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in _strings_outside_docstrings(ast.parse(path.read_text())):
+            if node.value in names:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+    assert found == []
