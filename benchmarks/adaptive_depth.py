@@ -337,7 +337,7 @@ def main(argv=None) -> None:
     import pyro_bdl
 
     if args.lr is None:
-        args.lr = pyro_bdl.get_model("adaptive-depth-resnet").method_defaults["svi-amortised"]["lr"]
+        args.lr = pyro_bdl.get_model("adaptive-depth-resnet").inference.method_defaults["svi-amortised"]["lr"]
     names = ["digits", "noisy digits"]
     if args.mnist != "none" and (Path(args.mnist) / "t10k-images-idx3-ubyte.gz").exists():
         names.append("mnist")

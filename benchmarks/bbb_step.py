@@ -127,7 +127,7 @@ def zoo_svi(config: dict, kind: str = "trace", *, eager: bool = False, lr: float
     pyro.clear_param_store()
     spec = get_model(config["model"])
     method = METHOD_OF[kind]
-    s = {**get_method(method).defaults, **spec.method_defaults.get(method, {}), **settings}
+    s = {**get_method(method).defaults, **spec.inference.method_defaults.get(method, {}), **settings}
     if eager:
         s["jit"] = False
     model = spec.bind(config["options"])
@@ -139,7 +139,7 @@ def zoo_svi(config: dict, kind: str = "trace", *, eager: bool = False, lr: float
 
 def _network_svi_settings() -> dict:
     """The settings ``pyro_bdl.fit`` resolves for the regressor's ``svi``: the method's, then the model's."""
-    return {**get_method("svi").defaults, **get_model(REGRESSOR["model"]).method_defaults.get("svi", {})}
+    return {**get_method("svi").defaults, **get_model(REGRESSOR["model"]).inference.method_defaults.get("svi", {})}
 
 
 def zoo_params() -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -34,7 +34,8 @@ import torch
 import pyro_bdl
 import pyro_bdl.inference.svi as svi_module
 from pyro_bdl.cli import parse_key_values
-from pyro_bdl.data.embedded import digits_ood, digits_split, load_uci
+from pyro_bdl.data.embedded import digits_ood, digits_split
+from pyro_bdl.data.uci import load_uci
 from pyro_bdl.posterior.evaluation import classification_report, evaluate_fit
 from pyro_bdl.studies.gap import gap_report
 

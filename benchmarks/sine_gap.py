@@ -10,7 +10,7 @@ Each argument is ``METHOD[:HIDDEN[:KEY=VALUE...]]``: an inference method for ``b
 hidden widths (default: the model's, one layer of 50) and settings of the method or options of the
 model (``prior_scale``, ``noise``, ``activation``, ``prior``, ``likelihood``), e.g.
 ``svi:50,50:steps=10000:grad_clamp=10`` or ``svi::activation=tanh`` (default widths); or
-``METHOD@in-between``, the settings ``IN_BETWEEN`` (models/bnn.py, ``pyro-bdl describe bnn-regressor``)
+``METHOD@in-between``, the settings ``IN_BETWEEN`` (pyro_bdl/models/bnn.py, ``pyro-bdl describe bnn-regressor``)
 recommends for that method.  Every fit uses seed 0, or each of ``--seeds 0 1 2 3 4``, on the embedded
 ``sine`` data, or with ``--family`` on each problem of ``pyro_bdl.data.gap.gap_family`` (other
 curves, gap widths and places, noise levels and sizes).  One line per fit:

@@ -72,7 +72,7 @@ def fit_one(name: str, model: str, inference: str, train, test, args, options=No
         if "constant" not in str(w.message):
             print(f"warning [{name}]: {w.message}")
     row = {"name": name, "error": 100 * (1 - evaluate_fit(fit, test)["accuracy"]), "seconds": seconds,
-           "seconds_per_epoch": fit.info["wall_seconds"] / args.epochs, "compression": 1.0, "kept": ""}
+           "seconds_per_epoch": fit.record.wall_seconds / args.epochs, "compression": 1.0, "kept": ""}
     if "compression" in fit.report:
         row["dense_error"] = 100 * (1 - evaluate_fit(dense_result(fit), test)["accuracy"])
         row["compression"] = fit.report["compression"]
@@ -91,7 +91,7 @@ def epoch_seconds(model: str, train, args, epochs: int) -> float:
             fit = pyro_bdl.fit(model, train, inference="svi-meanfield", options={"hidden": args.hidden},
                                progress=False, steps=n, lr=args.lr, batch_size=args.batch_size, samples=2,
                                local_reparam=True)
-        seconds.append(fit.info["wall_seconds"])
+        seconds.append(fit.record.wall_seconds)
     return (seconds[1] - seconds[0]) / epochs
 
 

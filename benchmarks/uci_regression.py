@@ -8,7 +8,7 @@ tiny folder made in the test)::
 
 Every fit is ``pyro_bdl.fit("bnn-regressor", train, inference=METHOD, seed=0)`` with no options and
 no settings (the defaults of ``pyro-bdl describe bnn-regressor``), the protocol of
-:func:`pyro_bdl.data.embedded.load_uci` (standardised on the training split) and
+:func:`pyro_bdl.data.uci.load_uci` (standardised on the training split) and
 :func:`pyro_bdl.posterior.evaluation.evaluate_fit` (RMSE and mean test log-likelihood per point, original units).
 One line per fit, then per data set and method the mean +- standard error over the splits, next to
 Gal & Ghahramani's MC dropout (Table 1) and Lakshminarayanan et al.'s deep ensembles (from
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import pyro_bdl
-from pyro_bdl.data.embedded import load_uci
+from pyro_bdl.data.uci import load_uci
 from pyro_bdl.posterior.evaluation import evaluate_fit
 
 #: Published (RMSE, LL): MC dropout (Gal & Ghahramani 2016, Table 1), deep ensembles (Lakshminarayanan et al. 2017).

@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     spec = pyro_bdl.get_model("vae")
     options = {"latent_dim": latent, "hidden": (hidden,), "data_dim": X.shape[1]}
     model = spec.bind(options)
-    guide = spec.guides["encoder"](model)
+    guide = spec.inference.guides["encoder"](model)
 
     def zoo(jit: bool) -> float:
         pyro.clear_param_store()

@@ -50,20 +50,20 @@ def _cmd_describe(args) -> None:
     for key, opt in spec.options.items():
         print(f"  {key} = {opt.default!r}: {opt.doc}" + (f" ({opt.domain.describe()})" if opt.domain else ""))
     print(f"\nSample sites (default options): {', '.join(spec.sites()) or '(none global)'}")
-    if spec.local_latents:
-        print(f"Local latents (one per row): {', '.join(spec.local_latents)}")
-    if spec.guides:
-        generic = "" if "amortised" in spec.traits else " (the generic normal, mvn and meanfield work too)"
-        print(f"Model guides (--guide NAME): {', '.join(spec.guides)}{generic}")
+    if spec.data.local_latents:
+        print(f"Local latents (one per row): {', '.join(spec.data.local_latents)}")
+    if spec.inference.guides:
+        generic = "" if "amortised" in spec.inference.traits else " (the generic normal, mvn and meanfield work too)"
+        print(f"Model guides (--guide NAME): {', '.join(spec.inference.guides)}{generic}")
     print(f"Default data: {spec.default_data}")
     print("\nInference methods and their default settings:")
     for name in spec.methods:
-        merged = {**METHODS[name].defaults, **spec.method_defaults.get(name, {})}
+        merged = {**METHODS[name].defaults, **spec.inference.method_defaults.get(name, {})}
         if not spec.minibatches:
             merged.pop("batch_size", None)  # refused for a model that does not subsample its data
         defaults = ", ".join(f"{k}={v}" for k, v in merged.items())
-        if name in spec.default_guides:
-            defaults += f", guide={spec.default_guides[name]}"
+        if name in spec.inference.default_guides:
+            defaults += f", guide={spec.inference.default_guides[name]}"
         print(f"  {name:<14} {defaults}")
 
 
@@ -100,7 +100,7 @@ def _cmd_fit(args) -> None:
 
     spec = get_model(args.model)
     if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
-        args.inference = "nuts" if "nuts" in spec.methods else spec.methods[0]
+        args.inference = spec.default_method
     check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
@@ -109,12 +109,12 @@ def _cmd_fit(args) -> None:
     settings.update(parse_key_values(args.set, "--set"))  # text: fit reads numbers and flags (Method.resolve_settings)
     # a held-out fifth by default for the networks and for models with their own held-out evaluation (the VAE)
     test_fraction = args.test_fraction if args.test_fraction is not None else (
-        0.2 if spec.standardize or spec.evaluate is not None else 0.0)
+        0.2 if spec.data.standardize or spec.hooks.evaluate is not None else 0.0)
     test = None
     if test_fraction > 0:
         from pyro_bdl.data.embedded import split_dataset
 
-        dataset, test = split_dataset(dataset, test_fraction, seed=args.seed, stratify=spec.task == "classification")
+        dataset, test = split_dataset(dataset, test_fraction, seed=args.seed, stratify=spec.data.task.stratified)
     checkpoint = Path(args.out) / CHECKPOINT
     if checkpoint.exists():
         print(f"resuming from {checkpoint}", file=sys.stderr)
@@ -143,7 +143,7 @@ def _cmd_fit(args) -> None:
                   for k, v in result.info.get("heldout", {}).items() if k != "fraction"})
     if extra:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
-    print(f"{spec.name} / {args.inference}: {result.info['wall_seconds']:.1f} s; wrote {', '.join(files)} to {args.out}")
+    print(f"{spec.name} / {args.inference}: {result.record.wall_seconds:.1f} s; wrote {', '.join(files)} to {args.out}")
 
 
 def _cmd_predict(args) -> None:
@@ -156,7 +156,7 @@ def _cmd_predict(args) -> None:
 
     check_out_file(args.out)
     result = load_fit(args.fit_dir)
-    features = result.info["feature_names"]
+    features = result.record.feature_names
     dataset = load_images(args.data) if is_image_file(args.data) else load_csv(args.data, target=None, features=features)
     table = result.predict(dataset, prob=args.prob)
     atomic_write_text(args.out, table.to_csv(index=False))
@@ -182,7 +182,7 @@ def _cmd_sample(args) -> None:
     if suffix not in SAMPLE_FORMATS:
         raise ValueError(f"--out {args.out}: unknown format '{suffix}'; write one of {', '.join(SAMPLE_FORMATS)}")
     result = load_fit(args.fit_dir)
-    if result.spec.size is None:
+    if result.spec.data.size is None:
         raise ValueError(f"model '{result.spec.name}' cannot simulate new rows without inputs (it has no size argument)")
     if args.num < 1:
         raise ValueError(f"--num must be at least 1, got {args.num}")
@@ -206,7 +206,7 @@ def _cmd_sample(args) -> None:
     elif suffix == ".csv":
         import pandas as pd
 
-        table = pd.DataFrame(drawn["x"].numpy(), columns=result.info["feature_names"])
+        table = pd.DataFrame(drawn["x"].numpy(), columns=result.record.feature_names)
         atomic_write_text(out, table.to_csv(index=False))
     else:
         def write(tmp):

@@ -12,14 +12,16 @@ import numpy as np
 import pyro
 import torch
 
+from pyro_bdl.data.task import Task
 from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
 from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
 from pyro_bdl.data.embedded import load
 from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
 from pyro_bdl.inference import latent_sites, model_params, observed_sites
 from pyro_bdl.inference.base import RunContext, with_deterministic
+from pyro_bdl.inference.method import DEFAULT_METHOD
 from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
-from pyro_bdl.result import FitResult
+from pyro_bdl.result import FitRecord, FitResult
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 from pyro_bdl.data.checks import check_training_data
 
@@ -60,23 +62,23 @@ def _prepare(model, data, target, options) -> _Prepared:
         if not isinstance(dataset, Dataset):
             kwargs = as_model_kwargs(dataset)
             return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
-        if spec.target is not None and dataset.y is None:
+        if spec.data.target is not None and dataset.y is None:
             raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
-        if spec.check_data is not None:
-            spec.check_data(dataset)
-        regression = spec.task == "regression"
+        if spec.data.check is not None:
+            spec.data.check(dataset)
+        regression = spec.data.task is Task.REGRESSION
         # warns about constant columns (the inputs of a supervised model; a generative model of the columns, as the
         # VAEs are, models a constant pixel as data)
         check_training_data(dataset, regression=regression,
-                            features=spec.task in ("regression", "binary", "classification"))
+                            features=spec.data.task.has_input_features)
         resolved = spec.resolve_options(options)
-        if spec.infer_options is not None:  # options the data decide, e.g. the number of classes
-            resolved.update({k: v for k, v in spec.infer_options(dataset).items() if resolved.get(k) is None})
+        if spec.data.infer_options is not None:  # options the data decide, e.g. the number of classes
+            resolved.update({k: v for k, v in spec.data.infer_options(dataset).items() if resolved.get(k) is None})
         bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
-        if not spec.standardize:
+        if not spec.data.standardize:
             return _Prepared(spec, bound, original, dataset, resolved)
         standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None)
-        standardized = StandardizedModel(bound, standardizer, spec.features, spec.target)
+        standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
         return _Prepared(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
     if not callable(model):
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
@@ -91,23 +93,23 @@ def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
     """A zoo model's data given as its keyword arguments (``{"X": X, "y": y}``: the names ``pyro-bdl describe``
     gives) as a :class:`Dataset`, so that it is checked, standardised and decides options (the number of classes)
     as a data set is."""
-    wanted = {spec.features, spec.target} - {None}
-    given = set(data) - ({spec.size} if spec.size is not None else set())
+    wanted = {spec.data.features, spec.data.target} - {None}
+    given = set(data) - ({spec.data.size} if spec.data.size is not None else set())
     if given != wanted:
         raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "
                          f"{sorted(data)}; or pass a Dataset, a CSV path or an embedded data set's name")
-    target = None if spec.target is None else _argument_tensor(data, spec.target)
-    if spec.features is None:  # the coin: its flips are its data
+    target = None if spec.data.target is None else _argument_tensor(data, spec.data.target)
+    if spec.data.features is None:  # the coin: its flips are its data
         X = torch.zeros(0 if target is None else len(target), 0)
     else:
-        X = _argument_tensor(data, spec.features)
+        X = _argument_tensor(data, spec.data.features)
         X = X if X.is_floating_point() else X.float()
         if X.dim() != 2:
-            raise DataError(f"argument '{spec.features}' must be (rows, features), got shape {tuple(X.shape)}")
+            raise DataError(f"argument '{spec.data.features}' must be (rows, features), got shape {tuple(X.shape)}")
     if target is not None and (target.dim() != 1 or len(target) != len(X)):
-        raise DataError(f"argument '{spec.target}' must be one value per row of '{spec.features}' ({len(X)}), got "
+        raise DataError(f"argument '{spec.data.target}' must be one value per row of '{spec.data.features}' ({len(X)}), got "
                         f"shape {tuple(target.shape)}")
-    return Dataset("data", X, target, [f"x{j}" for j in range(X.shape[1])], spec.target)
+    return Dataset("data", X, target, [f"x{j}" for j in range(X.shape[1])], spec.data.target)
 
 
 def _argument_tensor(data: dict, name: str) -> torch.Tensor:
@@ -121,7 +123,7 @@ def _argument_tensor(data: dict, name: str) -> torch.Tensor:
 def fit(
     model: str | Callable,
     data=None,
-    inference: str = "nuts",
+    inference: str | None = None,
     guide=None,
     *,
     target: str | None = None,
@@ -140,8 +142,9 @@ def fit(
         :class:`~pyro_bdl.data.table.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
         checked and standardised as a data set) (default: the model's embedded data set); for your own
         model, a dict of the keyword arguments it is called with (observed values included).
-    inference : ``svi``, ``svi-meanfield``, ``bbvi``, ``nuts``, ``hmc``, ``metropolis``,
-        ``importance``, ``map`` or ``mle``.
+    inference : a method of :data:`pyro_bdl.METHODS` (``pyro-bdl list``: ``nuts``, ``svi``, ``map``, ...); default
+        ``nuts``, or for a zoo model that NUTS does not suit, the first method that does
+        (:attr:`~pyro_bdl.registry.ModelSpec.default_method`).
     guide : for SVI methods: ``"normal"``, ``"mvn"``, ``"meanfield"``, a zoo model's own guide
         (e.g. ``"beta"`` for the coin), an AutoGuide class, or a guide callable; default is the
         model's or the method's own choice.
@@ -172,64 +175,71 @@ def fit(
     True
     """
     spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    inference = inference or (spec.default_method if spec is not None else DEFAULT_METHOD)
     plan = resolve(spec, inference, guide, settings)
-    method, resolved = plan.method, dict(plan.settings)
+    resolved = dict(plan.settings)
     prepared = _prepare(model, data, target, options)
-    bound, kwargs, dataset = prepared.model, prepared.kwargs, prepared.dataset
-    _check_minibatch(resolved, bound, dataset, spec.name if spec is not None else None)
-    nan_check_kwargs(kwargs)
-
+    _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
+    nan_check_kwargs(prepared.kwargs)
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    obs = observed_sites(bound, kwargs)
-    if not obs:
-        raise ValueError("the model has no observed sample site: pass the observations in data")
-    if not latent_sites(bound, kwargs):
-        raise ValueError("the model has no latent sample site to infer")
-
+    observed = _checked_sites(prepared.model, prepared.kwargs)
+    record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
+                          prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
+    saver = _checkpoint(checkpoint, plan, record, prepared.kwargs, guide,
+                        spec.name if spec is not None else getattr(model, "__qualname__", "model"))
     start = time.perf_counter()
-    guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__", type(guide).__name__)
-    saver = None
-    if checkpoint is not None and method.resumable:
-        saver = Checkpoint(checkpoint, fingerprint(
-            model=spec.name if spec is not None else getattr(model, "__qualname__", "model"), method=inference,
-            seed=seed, settings=resolved, options=prepared.options,
-            guide=guide_label, **{f"data.{k}": v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
-        ))
-    context = RunContext(bound, kwargs, progress, saver, plan.runner_kwargs(spec, bound))
-    draws = method.execute(context, resolved)
-    seconds = time.perf_counter() - start
-
-    info = {
-        "model": spec.name if spec is not None else getattr(model, "__name__", "model"),
-        "method": inference,
-        "seed": seed,
-        "settings": resolved,
-        "options": prepared.options,
-        "wall_seconds": seconds,
-        **draws.info,
-    }
-    if dataset is not None:
-        info.update(data=dataset.name, feature_names=dataset.feature_names if spec is None or spec.features else [],
-                    target=dataset.target_name, rows=len(dataset))
-    local = set(spec.local_latents) if spec is not None else set()
-    kept, kept_params = {k: v for k, v in draws.samples.items() if k not in local}, {}
-    if spec is not None and spec.posterior is not None:  # what the model makes of the draws (e.g. pruning)
-        kept, kept_params = spec.posterior(kept, draws.guide, kwargs, prepared.options)
-    result = FitResult(
-        model=prepared.answer_model(obs), data=prepared.data if prepared.data is not None else kwargs,
-        method=inference, likelihood_sites=obs,
-        samples=with_deterministic(bound, kwargs, kept),
-        sample_stats=draws.sample_stats, losses=draws.losses, info=info, guide=draws.guide, spec=spec,
-        standardizer=prepared.standardizer, params={**model_params(bound, kwargs), **draws.params, **kept_params},
-    )
-    _diagnose(result, method.family)
-    if spec is not None and spec.report is not None:
-        result.report = spec.report(result)
-        info.update(result.report)
+    context = RunContext(prepared.model, prepared.kwargs, progress, saver, plan.runner_kwargs(spec, prepared.model))
+    draws = plan.method.execute(context, resolved)
+    record.wall_seconds = time.perf_counter() - start
+    result = _result(prepared, draws, observed, inference, record)
+    _diagnose(result, plan.method.family)
+    if spec is not None and spec.hooks.report is not None:
+        result.report = spec.hooks.report(result)
+        result.info.update(result.report)
     if saver is not None:
         saver.clear()
     return result
+
+
+def _checked_sites(model, kwargs: dict) -> list[str]:
+    """The model's observed sites; an error for a model with none, or with no latent site to infer."""
+    observed = observed_sites(model, kwargs)
+    if not observed:
+        raise ValueError("the model has no observed sample site: pass the observations in data")
+    if not latent_sites(model, kwargs):
+        raise ValueError("the model has no latent sample site to infer")
+    return observed
+
+
+def _checkpoint(path, plan, record: FitRecord, kwargs: dict, guide, name: str) -> Checkpoint | None:
+    """The checkpoint of this run (its fingerprint: model, method, seed, settings, options, guide and data), or None
+    where none is asked for or the method cannot resume."""
+    if path is None or not plan.method.resumable:
+        return None
+    guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__",
+                                                                                type(guide).__name__)
+    return Checkpoint(path, fingerprint(
+        model=name, method=plan.method.name, seed=record.seed, settings=record.settings, options=record.options,
+        guide=guide_label, **{f"data.{k}": v for k, v in kwargs.items() if isinstance(v, torch.Tensor)},
+    ))
+
+
+def _result(prepared: _Prepared, draws, observed: list[str], inference: str, record: FitRecord) -> FitResult:
+    """The :class:`FitResult` of a run's draws: the model's local latents left out, what the model makes of the
+    draws (its ``posterior`` hook, e.g. pruning), its deterministic sites computed, its learned parameters kept."""
+    spec, bound, kwargs = prepared.spec, prepared.model, prepared.kwargs
+    local = set(spec.data.local_latents) if spec is not None else set()
+    kept, kept_params = {k: v for k, v in draws.samples.items() if k not in local}, {}
+    if spec is not None and spec.hooks.posterior is not None:
+        kept, kept_params = spec.hooks.posterior(kept, draws.guide, kwargs, prepared.options)
+    return FitResult(
+        model=prepared.answer_model(observed), data=prepared.data if prepared.data is not None else kwargs,
+        method=inference, likelihood_sites=observed, samples=with_deterministic(bound, kwargs, kept),
+        sample_stats=draws.sample_stats, losses=draws.losses, info=dict(draws.info), record=record,
+        guide=draws.guide, spec=spec, standardizer=prepared.standardizer,
+        params={**model_params(bound, kwargs), **draws.params, **kept_params},
+    )
 
 
 def _check_minibatch(resolved: dict, bound, dataset, name: str | None = None) -> None:

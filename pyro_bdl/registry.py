@@ -15,7 +15,7 @@ Example
 >>> spec = get_model("coin")
 >>> spec.resolve_options({"alpha": "2"})
 {'alpha': 2.0, 'beta': 1.0}
->>> "bbvi" in spec.methods, spec.target
+>>> "bbvi" in spec.methods, spec.data.target
 (True, 'y')
 >>> plan = resolve(spec, "svi-meanfield")
 >>> plan.guide, plan.settings["steps"]
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from pyro_bdl.data.embedded import load
+from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites
-from pyro_bdl.inference.method import METHODS, get_method
+from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method
 
-__all__ = ["Option", "choice", "ModelSpec", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
+__all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
 
 def takes_minibatches(model: Callable) -> bool:
@@ -84,8 +85,95 @@ class Option:
 
 
 @dataclass(frozen=True)
+class DataContract:
+    """How a data table becomes the model's arguments, and what the data must be.
+
+    Attributes
+    ----------
+    features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
+    target : the argument that takes the target column, (n,); None: an unsupervised model.
+    size : the argument that takes the number of rows, for a model without ``features`` (the coin).
+    task : what is predicted (:class:`~pyro_bdl.data.task.Task`): how predictions are summarised and data checked.
+    standardize : fit standardises inputs (and regression targets) on the training data and predictions answer
+        in the original units.
+    local_latents : latent sites with one value per data point (a VAE's z): summarised by the fit, not kept as
+        posterior draws nor sent to ArviZ.
+    check : raises :class:`~pyro_bdl.data.table.DataError` for data the model cannot take.
+    infer_options : ``(dataset) -> {option: value}`` for options left at None that the training data decide (the
+        number of classes).
+    """
+
+    features: str | None = "X"
+    target: str | None = "y"
+    size: str | None = None
+    task: Task = Task.REGRESSION
+    standardize: bool = False
+    local_latents: tuple[str, ...] = ()
+    check: Callable | None = None
+    infer_options: Callable | None = None
+
+
+@dataclass(frozen=True)
+class InferenceChoices:
+    """What the model is, from which the methods that suit it follow, and what it chooses for them.
+
+    Attributes
+    ----------
+    traits : matched against each method's ``requires`` (:class:`~pyro_bdl.inference.method.Method`):
+        ``continuous`` (every latent continuous), ``low-dimensional`` (few parameters), ``network`` (weights in
+        :func:`pyro_bdl.nn.layers.dense`), ``amortised`` (every latent local to a row, inferred by the model's own
+        encoder guide; the global unknowns are network parameters, learned).
+    guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in ``fit(..., guide=NAME)``
+        next to the generic ones.
+    default_guides : inference method -> guide name, overriding the method's default.
+    method_defaults : inference method -> settings that override the method's defaults for this model (user
+        settings still win).
+    method_kwargs : inference method -> extra runner arguments only the model can supply (which sites MC dropout
+        drops).
+    init_loc_fn : where optimisation-based methods start (a Pyro init strategy); None keeps each guide's default.
+
+    The keys of ``default_guides``, ``method_defaults`` and ``method_kwargs`` are checked against the method table
+    when the model registers (:func:`register`): a misspelt method or setting is an error, not ignored.
+    """
+
+    traits: frozenset = frozenset({"continuous"})
+    guides: Mapping[str, Callable] = field(default_factory=dict)
+    default_guides: Mapping[str, str] = field(default_factory=dict)
+    method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    init_loc_fn: Callable | None = None
+
+
+@dataclass(frozen=True)
+class PostFit:
+    """What the model makes of a fit, where the engine's generic answer is not its own (all optional).
+
+    Attributes
+    ----------
+    exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
+    posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps, made
+        from the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers), the data
+        the model saw and the resolved options (sparse VD's pruned weights), and tensors to keep with the fit's
+        learned parameters (``params.pt``).
+    report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
+    predict : ``(result, model_kwargs) -> DataFrame``, the model's own answer per row (an amortised model answers
+        from its networks: log p(x), latent means), instead of the posterior predictive summary.
+    evaluate : ``(result, test dataset) -> dict``, the model's own held-out metrics (``test_...``).
+    plots : ``(result, out_dir, test) -> [file names]``, the model's own figures, written by the fit (``test``:
+        held-out data, or None).
+    """
+
+    exact_posterior: Callable | None = None
+    posterior: Callable | None = None
+    report: Callable | None = None
+    predict: Callable | None = None
+    evaluate: Callable | None = None
+    plots: Callable | None = None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
-    """Everything the engine needs to know about one zoo model.
+    """Everything the engine needs to know about one zoo model, in four parts.
 
     Attributes
     ----------
@@ -94,45 +182,11 @@ class ModelSpec:
     summary : one line for ``pyro-bdl list``.
     options : option name -> :class:`Option`.
     default_data : name of the embedded data set used when none is given.
-    traits : what the model is, matched against each method's ``requires``
-        (:class:`pyro_bdl.inference.Method`): ``continuous`` (every latent continuous),
-        ``low-dimensional`` (few parameters), ``network`` (weights in :func:`pyro_bdl.nn.layers.dense`),
-        ``amortised`` (every latent local to a row, inferred by the model's own encoder guide; the global
-        unknowns are network parameters, learned).
-    features : the argument that takes a data table's feature columns, (n, d); None: no inputs.
-    target : the argument that takes the target column, (n,); None: an unsupervised model.
-    size : the argument that takes the number of rows, for a model without ``features`` (the coin).
-    local_latents : latent sites with one value per data point (a VAE's z): summarised by the fit, not
-        kept as posterior draws nor sent to ArviZ.
-    check_data : raises :class:`pyro_bdl.data.table.DataError` for data the model cannot take.
-    exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
-    report : extra derived quantities for ``metrics.json``, ``(result) -> dict``.
-    posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps,
-        made from the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers),
-        the data the model saw and the resolved options (e.g. sparse VD's pruned weights), and tensors to keep
-        with the fit's learned parameters (``params.pt``; e.g. the guide's factors they were made from);
-        None keeps the draws.
-    guides : the model's own guides, name -> ``builder(model) -> guide``; usable by name in
-        ``fit(..., guide=NAME)`` next to the generic ones.
-    default_guides : inference method -> guide name, overriding the method's default.
-    method_defaults : inference method -> settings that override the method's defaults for
-        this model (user settings still win).
-    task : ``"regression"``, ``"binary"`` or ``"classification"``: how predictions are summarised.
-    standardize : fit standardises inputs (and regression targets) on the training data and
-        predictions answer in the original units.
-    infer_options : ``(dataset) -> {option: value}`` for options left at None that the
-        training data decide (e.g. the number of classes).
-    init_loc_fn : where optimisation-based methods start (a Pyro init strategy); None keeps
-        each guide's default.
-    method_kwargs : inference method -> extra runner arguments only the model can supply
-        (e.g. which sites MC dropout drops).
-    notes : what a user should know in practice (which settings a known behaviour needs), printed
-        by ``pyro-bdl describe`` after the math.
-    predict : ``(result, model_kwargs) -> DataFrame``, the model's own answer per row (an amortised model
-        answers from its networks: log p(x), latent means), instead of the posterior predictive summary.
-    evaluate : ``(result, test dataset) -> dict``, the model's own held-out metrics (``test_...``).
-    plots : ``(result, out_dir, test) -> [file names]``, the model's own figures, written by the fit (``test``:
-        held-out data, or None).
+    data : :class:`DataContract`, how a table becomes the model's arguments.
+    inference : :class:`InferenceChoices`, what the model is and what it chooses for the methods.
+    hooks : :class:`PostFit`, what the model makes of a fit.
+    notes : what a user should know in practice (which settings a known behaviour needs), printed by
+        ``pyro-bdl describe`` after the math.
     """
 
     name: str
@@ -140,32 +194,22 @@ class ModelSpec:
     summary: str
     options: Mapping[str, Option]
     default_data: str
-    traits: frozenset = frozenset({"continuous"})
-    features: str | None = "X"
-    target: str | None = "y"
-    size: str | None = None
-    local_latents: tuple[str, ...] = ()
-    check_data: Callable | None = None
-    exact_posterior: Callable | None = None
-    report: Callable | None = None
-    posterior: Callable | None = None
-    guides: Mapping[str, Callable] = field(default_factory=dict)
-    default_guides: Mapping[str, str] = field(default_factory=dict)
-    method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    task: str = "regression"
-    standardize: bool = False
-    infer_options: Callable | None = None
-    init_loc_fn: Callable | None = None
-    method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    data: DataContract = DataContract()
+    inference: InferenceChoices = InferenceChoices()
+    hooks: PostFit = PostFit()
     notes: str = ""
-    predict: Callable | None = None
-    evaluate: Callable | None = None
-    plots: Callable | None = None
 
     @property
     def methods(self) -> tuple[str, ...]:
         """The inference methods that suit the model: those whose ``requires`` its traits meet."""
-        return tuple(name for name, method in METHODS.items() if method.suits(self.traits))
+        return tuple(name for name, method in METHODS.items() if method.suits(self.inference.traits))
+
+    @property
+    def default_method(self) -> str:
+        """The method a fit of this model runs when none is named: :data:`~pyro_bdl.inference.method.DEFAULT_METHOD`
+        where it suits the model, else the first that does."""
+        methods = self.methods
+        return DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[0]
 
     @property
     def math(self) -> str:
@@ -177,23 +221,23 @@ class ModelSpec:
         """The model's data arguments from a :class:`~pyro_bdl.data.table.Dataset`: its features, target and size
         under the names the model gives them."""
         kwargs = {}
-        if self.features is not None:
-            kwargs[self.features] = dataset.X
-        if self.target is not None:
-            kwargs[self.target] = dataset.y
-        if self.size is not None:
-            kwargs[self.size] = len(dataset)
+        if self.data.features is not None:
+            kwargs[self.data.features] = dataset.X
+        if self.data.target is not None:
+            kwargs[self.data.target] = dataset.y
+        if self.data.size is not None:
+            kwargs[self.data.size] = len(dataset)
         return kwargs
 
     def sites(self, options: Mapping[str, Any] | None = None) -> list[str]:
         """The latent sample sites with these options, read from a trace on the default data."""
         dataset = load(self.default_data)
         resolved = self.resolve_options(options)
-        if self.infer_options is not None:
-            resolved.update({k: v for k, v in self.infer_options(dataset).items() if resolved.get(k) is None})
+        if self.data.infer_options is not None:
+            resolved.update({k: v for k, v in self.data.infer_options(dataset).items() if resolved.get(k) is None})
         return [s for s in latent_sites(functools.partial(self.model, **self.model_args(resolved)),
                                         self.data_kwargs(dataset))
-                if s not in self.local_latents]
+                if s not in self.data.local_latents]
 
     def model_args(self, resolved: Mapping[str, Any]) -> dict:
         """The resolved options the model program takes (those not marked ``model_arg=False``)."""
@@ -243,10 +287,40 @@ _REGISTRY: dict[str, ModelSpec] = {}
 
 def register(spec: ModelSpec) -> ModelSpec:
     """Add a model to the zoo (called at import time by each model module in :mod:`pyro_bdl.models`)."""
-    if spec.features is None and spec.size is None and spec.target is None:
+    if spec.data.features is None and spec.data.size is None and spec.data.target is None:
         raise ValueError(f"model '{spec.name}' takes no data argument (features, target or size)")
+    _check_method_keys(spec)
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def _check_method_keys(spec: ModelSpec) -> None:
+    """Every method the model keys a choice on exists and suits it, and its default settings are settings of that
+    method in their domains: a misspelt key is an error at registration, not a setting silently ignored.
+
+    >>> register(ModelSpec("demo", lambda X, y=None: None, "", {}, "linear",
+    ...                    inference=InferenceChoices(method_defaults={"nust": {"warmup": 10}})))
+    Traceback (most recent call last):
+    ...
+    ValueError: model 'demo' declares method_defaults for 'nust', which is not an inference method; known methods: ...
+    """
+    choices = spec.inference
+    for field_name in ("default_guides", "method_defaults", "method_kwargs"):
+        for name in getattr(choices, field_name):
+            if name not in METHODS:
+                raise ValueError(f"model '{spec.name}' declares {field_name} for '{name}', which is not an inference "
+                                 f"method; known methods: {', '.join(METHODS)}")
+            if not METHODS[name].suits(choices.traits):
+                raise ValueError(f"model '{spec.name}' declares {field_name} for '{name}', a method that does not suit "
+                                 f"it (traits: {', '.join(sorted(choices.traits))})")
+    for name, settings in choices.method_defaults.items():
+        try:
+            METHODS[name].resolve_settings(settings)
+        except ValueError as error:
+            raise ValueError(f"model '{spec.name}', method_defaults['{name}']: {error}") from None
+    for name, guide in choices.default_guides.items():
+        if not METHODS[name].takes_guide:
+            raise ValueError(f"model '{spec.name}' declares a default guide for '{name}', which takes no guide")
 
 
 @dataclass(frozen=True)
@@ -270,13 +344,13 @@ class Plan:
         extra = {}
         guide = self.guide
         if self.method.takes_guide:
-            if spec is not None and isinstance(guide, str) and guide in spec.guides:
-                guide = spec.guides[guide](bound)
+            if spec is not None and isinstance(guide, str) and guide in spec.inference.guides:
+                guide = spec.inference.guides[guide](bound)
             extra["guide"] = guide
         if spec is not None:
-            if spec.init_loc_fn is not None and self.method.takes_init:
-                extra["init_loc_fn"] = spec.init_loc_fn
-            extra.update(spec.method_kwargs.get(self.method.name, {}))
+            if spec.inference.init_loc_fn is not None and self.method.takes_init:
+                extra["init_loc_fn"] = spec.inference.init_loc_fn
+            extra.update(spec.inference.method_kwargs.get(self.method.name, {}))
         return extra
 
 
@@ -291,20 +365,20 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     method = get_method(inference)
     if guide is not None and not method.takes_guide:
         raise ValueError(f"inference '{inference}' takes no guide")
-    if spec is not None and not method.suits(spec.traits):
-        missing = ", ".join(sorted(method.requires - spec.traits))
+    if spec is not None and not method.suits(spec.inference.traits):
+        missing = ", ".join(sorted(method.requires - spec.inference.traits))
         if not missing:
             raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it refuses a model "
-                             f"that is {', '.join(sorted(method.refuses & spec.traits))}); it supports: "
+                             f"that is {', '.join(sorted(method.refuses & spec.inference.traits))}); it supports: "
                              f"{', '.join(spec.methods)}")
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it needs a model that is "
                          f"{missing}); it supports: {', '.join(spec.methods)}")
     given = {k: v for k, v in (settings or {}).items() if v is not None}
     model_defaults = {}
     if spec is not None:
-        default_guide = spec.default_guides.get(inference)
+        default_guide = spec.inference.default_guides.get(inference)
         if guide is None or guide == default_guide:
-            model_defaults = spec.method_defaults.get(inference, {})
+            model_defaults = spec.inference.method_defaults.get(inference, {})
         if guide is None:
             guide = default_guide
     return Plan(method, guide, method.resolve_settings({**model_defaults, **given}))

@@ -13,10 +13,56 @@ import pyro
 import torch
 from torch.distributions import constraints
 
+from pyro_bdl.data.task import Task
 from pyro_bdl.data.table import Dataset, as_model_kwargs
 from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
 
-__all__ = ["FitResult"]
+__all__ = ["FitResult", "FitRecord"]
+
+
+@dataclass
+class FitRecord:
+    """What was fitted, how and on what: the facts that ``metrics.json``, the InferenceData's attributes, reports
+    and plots read of a fit (the diagnostics and the method's own outputs are in :attr:`FitResult.info`).
+
+    Attributes
+    ----------
+    model : the zoo model's name, or the user's callable's ``__name__``.
+    seed : the random seed (-1: unknown, a fit loaded from files of another version).
+    settings : every setting of the method, defaults filled in.
+    options : the zoo model's options, defaults filled in and decided by the data (empty for a user's model).
+    wall_seconds : the method's run time (None for a loaded fit).
+    data : the data set's name (None: the model was given its arguments, not a table).
+    feature_names, target : the table's feature columns (empty for a model without inputs) and target column.
+    rows : the table's number of rows.
+    """
+
+    model: str
+    seed: int = -1
+    settings: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    wall_seconds: float | None = None
+    data: str | None = None
+    feature_names: list = field(default_factory=list)
+    target: str | None = None
+    rows: int | None = None
+
+    @classmethod
+    def of(cls, model: str, seed: int, settings: dict, options: dict, dataset: Dataset | None = None,
+           has_features: bool = True) -> FitRecord:
+        """The record of a fit about to run (``wall_seconds`` is set when it ends) on ``dataset`` (or none)."""
+        if dataset is None:
+            return cls(model, seed, settings, options)
+        return cls(model, seed, settings, options, data=dataset.name, target=dataset.target_name, rows=len(dataset),
+                   feature_names=list(dataset.feature_names) if has_features else [])
+
+    def as_dict(self, method: str) -> dict:
+        """The record as ``metrics.json`` writes it (the data's entries only where the fit had a table)."""
+        out = {"model": self.model, "method": method, "seed": self.seed, "settings": self.settings,
+               "options": self.options, "wall_seconds": self.wall_seconds}
+        if self.data is not None:
+            out.update(data=self.data, feature_names=self.feature_names, target=self.target, rows=self.rows)
+        return out
 
 
 @dataclass
@@ -32,7 +78,9 @@ class FitResult:
     sample_stats : per-draw statistics, arrays (chains, draws).
     losses : SVI loss per step, or None.
     likelihood_sites : names of the observed sites.
-    info : model name, options, seed, wall seconds, diagnostics; written to metrics.json.
+    info : the method's outputs (acceptance rate, importance ESS, ...) and the diagnostics (R-hat, ESS, the final
+        ELBO), written to metrics.json beside :attr:`record`.
+    record : :class:`FitRecord`, what was fitted, how and on what (model name, seed, settings, options, the data).
     guide : the fitted guide (SVI-type methods).
     spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
     standardizer : the transform fitted on the training data (zoo models with ``standardize``):
@@ -54,6 +102,7 @@ class FitResult:
     sample_stats: dict = field(default_factory=dict)
     losses: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    record: FitRecord = field(default_factory=lambda: FitRecord("model"))
     guide: Any = None
     spec: Any = None
     standardizer: Any = None
@@ -73,8 +122,9 @@ class FitResult:
             yield
 
     @property
-    def task(self) -> str:
-        return self.spec.task if self.spec is not None else "regression"
+    def task(self) -> Task:
+        """What the model predicts (a user's model: a regression on its observed sites)."""
+        return self.spec.data.task if self.spec is not None else Task.REGRESSION
 
     @property
     def point_estimate(self) -> bool:
@@ -141,9 +191,9 @@ class FitResult:
             raise TypeError(f"new data must be a Dataset, a tensor of rows or a dict, not {type(new_data).__name__}")
         dataset = new_data if isinstance(new_data, Dataset) else Dataset("new data", new_data, None)
         kwargs = spec.data_kwargs(Dataset(dataset.name, dataset.X, None))
-        if spec.features is not None:
-            X = kwargs[spec.features]
-            expected = self.data[spec.features].shape[-1]
+        if spec.data.features is not None:
+            X = kwargs[spec.data.features]
+            expected = self.data[spec.data.features].shape[-1]
             if X.dim() != 2 or X.shape[1] != expected:
                 raise ValueError(f"new data has {X.shape[-1] if X.dim() else 0} feature columns; the fit used {expected}")
         return kwargs
@@ -161,8 +211,8 @@ class FitResult:
         >>> list(fit.predict(torch.zeros(2, 3)).columns)
         ['mean', 'sd', 'aleatoric_sd', 'epistemic_sd', 'lower', 'upper']
         """
-        if self.spec is not None and self.spec.predict is not None:  # the model answers itself (amortised models)
-            return self.spec.predict(self, self.model_kwargs(new_data))
+        if self.spec is not None and self.spec.hooks.predict is not None:  # the model answers itself (amortised models)
+            return self.spec.hooks.predict(self, self.model_kwargs(new_data))
         pred = self.predictive(new_data)
         frames = [self._summarise(pred, site, prob) for site in self.likelihood_sites]
         if len(frames) == 1:
@@ -207,5 +257,5 @@ class FitResult:
         return az.summary(self.to_inference_data(), **kwargs)
 
     def __repr__(self) -> str:
-        name = self.info.get("model", getattr(self.model, "__name__", "model"))
+        name = self.record.model
         return f"FitResult(model={name!r}, method={self.method!r}, sites={list(self.samples)}, draws={self.num_draws})"

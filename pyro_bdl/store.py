@@ -16,14 +16,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 import torch
 
 from pyro_bdl.posterior.inference_data import samples_from_inference_data
-from pyro_bdl.posterior.plots import write_plots
 from pyro_bdl.registry import get_model
-from pyro_bdl.result import FitResult
+from pyro_bdl.result import FitRecord, FitResult
 from pyro_bdl.storage.paths import FitDirectoryError
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 
@@ -48,12 +46,20 @@ def _clean(value):
 
 
 def metrics(result: FitResult) -> dict:
-    """Every entry of the fit's ``info``, JSON-safe (NaN becomes null, other objects their repr; options as
-    the files record them: :meth:`~pyro_bdl.registry.ModelSpec.options_on_disk`)."""
-    info = dict(result.info)
-    if result.spec is not None and "options" in info:
-        info["options"] = result.spec.options_on_disk(info["options"])
-    return _clean({**info, "point_estimate": result.point_estimate})
+    """The fit's :class:`~pyro_bdl.result.FitRecord` and every entry of its ``info``, JSON-safe (NaN becomes null,
+    other objects their repr; options as the files record them:
+    :meth:`~pyro_bdl.registry.ModelSpec.options_on_disk`)."""
+    record = result.record.as_dict(result.method)
+    if result.spec is not None:
+        record["options"] = result.spec.options_on_disk(record["options"])
+    return _clean({**record, **result.info, "point_estimate": result.point_estimate})
+
+
+def _recorded(written: dict) -> dict:
+    """What ``metrics.json`` recorded of the run that the NetCDF attributes do not hold (settings, run time, data
+    set, rows), where it is there and of the right type (it is not needed to predict)."""
+    kinds = {"settings": dict, "wall_seconds": (int, float), "data": str, "rows": int}
+    return {k: written[k] for k, kind in kinds.items() if isinstance(written.get(k), kind)}
 
 
 def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
@@ -74,6 +80,8 @@ def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
         if result.params:  # learned parameters of the model (networks, feature maps): tensors only
             torch.save({k: v.detach().cpu() for k, v in result.params.items()}, tmp / PARAMS)
             files.append(PARAMS)
+        from pyro_bdl.posterior.plots import write_plots  # matplotlib and ArviZ load when a fit is written
+
         files += write_plots(result, idata, tmp, test)
         out_dir.mkdir(exist_ok=True)
         for name in files:
@@ -89,6 +97,8 @@ def load_fit(fit_dir: str | Path) -> FitResult:
     if not path.exists():
         raise FitDirectoryError(f"{fit_dir}: no posterior.nc here (is this the --out directory of `pyro-bdl fit`?)")
     try:  # any failure to read a file of the directory is an error naming the file (FitDirectoryError)
+        import arviz as az  # loads when a fit is read, not with the package
+
         idata = az.from_netcdf(str(path))
         attrs = next((idata[g].attrs for g in idata.groups() if "inference_library" in idata[g].attrs), {})
     except Exception as exc:  # h5py / netCDF4 / xarray raise OSError, ValueError, KeyError, ... for a damaged file
@@ -110,16 +120,17 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         samples = samples_from_inference_data(idata)
     except Exception as exc:
         raise FitDirectoryError(f"{path}: damaged or edited ({type(exc).__name__}: {exc})") from None
-    if spec.target is not None:
-        data[spec.target] = observed
-    elif spec.features is not None and spec.features not in data:  # the observed site is the data (x of a VAE)
-        data[spec.features] = observed
-    if spec.size is not None:
-        data[spec.size] = len(observed)
-    metrics_path = Path(fit_dir) / "metrics.json"
+    if spec.data.target is not None:
+        data[spec.data.target] = observed
+    elif spec.data.features is not None and spec.data.features not in data:  # the observed site is the data (x of a VAE)
+        data[spec.data.features] = observed
+    if spec.data.size is not None:
+        data[spec.data.size] = len(observed)
+    metrics_path, written = Path(fit_dir) / "metrics.json", {}
     if metrics_path.exists():  # not needed to predict, but a damaged one means a damaged directory
         try:
-            if not isinstance(json.loads(metrics_path.read_text()), dict):
+            written = json.loads(metrics_path.read_text())
+            if not isinstance(written, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, UnicodeDecodeError, OSError) as exc:
             raise FitDirectoryError(f"{metrics_path}: not a readable JSON object ({exc})") from None
@@ -132,22 +143,17 @@ def load_fit(fit_dir: str | Path) -> FitResult:
         except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file
             raise FitDirectoryError(f"{Path(fit_dir) / PARAMS}: not a readable parameter file "
                                     f"({type(exc).__name__}: {exc})") from None
-    info = {
-        "model": spec.name,
-        "options": options,
-        "seed": seed,
-        "feature_names": feature_names,
-        "target": attrs.get("target") or None,
-    }
+    record = FitRecord(spec.name, seed, options=options, feature_names=feature_names, target=attrs.get("target") or None,
+                       **_recorded(written))
     try:
         model, standardizer, method = spec.bind(options), None, str(attrs["inference"])
         if attrs.get("standardizer"):
             standardizer = Standardizer.from_dict(json.loads(attrs["standardizer"]))
-            model = StandardizedModel(model, standardizer, spec.features, spec.target, sites)
+            model = StandardizedModel(model, standardizer, spec.data.features, spec.data.target, sites)
     except Exception as exc:
         raise FitDirectoryError(f"{path}: damaged or edited ({type(exc).__name__}: {exc})") from None
     return FitResult(
         standardizer=standardizer,
         model=model, data=data, method=method,
-        samples=samples, likelihood_sites=sites, info=info, spec=spec, params=params,
+        samples=samples, likelihood_sites=sites, record=record, spec=spec, params=params,
     )

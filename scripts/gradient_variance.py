@@ -15,7 +15,7 @@ def main(argv=None):
     parser.add_argument("--score", type=int, default=2000, help="score-function gradient draws")
     parser.add_argument("--reparam", type=int, default=400, help="reparameterised gradient draws")
     args = parser.parse_args(argv)
-    out = compare_estimators(args.score, args.reparam)
+    out = compare_estimators("blr", args.score, args.reparam)
     np.set_printoptions(precision=2, suppress=True, linewidth=120)
     print("ELBO-loss gradient w.r.t. the mean-field guide of blr (known noise), one particle per draw")
     print(f"  exact (closed-form ELBO):   {out['exact']}")

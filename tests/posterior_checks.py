@@ -61,10 +61,10 @@ def check_sds(result, exact):
 def exact_posterior_of(result) -> dict:
     """The exact posterior of a zoo model's fit, ``{site: (mean, sd)}``, on the data the model saw (for a
     model that standardises, ``result.standardized_data``)."""
-    return result.spec.exact_posterior(**result.standardized_data, **result.info["options"])
+    return result.spec.hooks.exact_posterior(**result.standardized_data, **result.record.options)
 
 
 def exact_posterior_on(model: str, data, options: dict) -> dict:
     """The zoo model's exact posterior on ``data`` (a Dataset), ``{site: (mean, sd)}``."""
     spec = get_model(model)
-    return spec.exact_posterior(**spec.data_kwargs(data), **options)
+    return spec.hooks.exact_posterior(**spec.data_kwargs(data), **options)

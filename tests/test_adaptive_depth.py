@@ -1,4 +1,4 @@
-"""The residual network with a latent depth (models/adaptive_depth_resnet.py), its networks, decision rules and
+"""The residual network with a latent depth (pyro_bdl/models/adaptive_depth/model.py), its networks, decision rules and
 reports.
 
 Exact checks: enumeration's posterior over a row's depth equals Bayes' rule over networks truncated by hand; the

@@ -230,8 +230,8 @@ def test_fit_uses_the_compiled_vectorised_path_and_resumes(tmp_path, monkeypatch
         pyro_bdl.fit("bnn-regressor", ds, **kw)
     saved = torch.load(tmp_path / "ck", weights_only=True)["state"]["losses"]
     result = pyro_bdl.fit("bnn-regressor", ds, **kw)
-    assert result.info["settings"]["jit"] and result.info["settings"]["vectorize"]
-    assert result.info["settings"]["grad_clamp"] == math.inf and result.info["settings"]["lr_hold"] == 0.5
+    assert result.record.settings["jit"] and result.record.settings["vectorize"]
+    assert result.record.settings["grad_clamp"] == math.inf and result.record.settings["lr_hold"] == 0.5
     assert len(result.losses) == 150 and torch.allclose(torch.tensor(result.losses[:len(saved)]), saved)
     assert calls["n"] < 100 + 60  # only the remaining steps were run
     assert result.losses[-1] < result.losses[0]
@@ -283,7 +283,7 @@ def test_local_reparameterisation_lowers_the_gradient_variance():
 def test_fit_with_local_reparameterisation():
     result = pyro_bdl.fit("bnn-classifier", "digits", inference="svi", progress=False, steps=60, samples=10,
                           batch_size=64, local_reparam="true", options={"hidden": "16"})
-    assert result.info["settings"]["local_reparam"] is True
+    assert result.record.settings["local_reparam"] is True
     assert result.losses[-1] < result.losses[0]
     with pytest.raises(ValueError, match="boolean"):
         pyro_bdl.fit("bnn-classifier", "digits", inference="svi", progress=False, steps=2, local_reparam="maybe")

@@ -68,7 +68,7 @@ def test_minibatch_elbo_is_an_unbiased_estimate_of_the_full_elbo():
 def test_classifier_map_on_digits_and_its_prediction_columns():
     train, test = digits_split()
     result = pyro_bdl.fit("bnn-classifier", train, inference="map", progress=False, steps=500, lr=0.01)
-    assert result.info["options"]["num_classes"] == 10
+    assert result.record.options["num_classes"] == 10
     table = result.predict(test)
     assert [f"prob_{c}" for c in range(10)] == list(table.columns[:10])
     assert {"pred", "entropy", "mutual_info"} <= set(table.columns)

@@ -185,10 +185,10 @@ def test_batch_size_needs_a_minibatching_model_and_caps_at_the_data():
         pyro_bdl.fit("last-layer", inference="map", batch_size=10, steps=5, progress=False)
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 5 steps: only the settings are read
         big = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=10**6, steps=5, progress=False)
-    assert big.info["settings"]["batch_size"] is None  # larger than the 200 rows of sine: the whole data
+    assert big.record.settings["batch_size"] is None  # larger than the 200 rows of sine: the whole data
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
         small = pyro_bdl.fit("bnn-regressor", inference="map", batch_size=50, steps=5, progress=False)
-    assert small.info["settings"]["batch_size"] == 50
+    assert small.record.settings["batch_size"] == 50
 
 
 def test_model_settings_go_with_the_models_default_guide():
@@ -199,17 +199,17 @@ def test_model_settings_go_with_the_models_default_guide():
     from pyro_bdl.registry import resolve
 
     spec = pyro_bdl.get_model("coin")
-    tuned = spec.method_defaults["svi-meanfield"]
-    for guide in (None, spec.default_guides["svi-meanfield"]):
+    tuned = spec.inference.method_defaults["svi-meanfield"]
+    for guide in (None, spec.inference.default_guides["svi-meanfield"]):
         plan = resolve(spec, "svi-meanfield", guide)
         assert {k: plan.settings[k] for k in tuned} == tuned, guide
-        assert plan.guide == spec.default_guides["svi-meanfield"]
+        assert plan.guide == spec.inference.default_guides["svi-meanfield"]
     other = resolve(spec, "svi-meanfield", "normal").settings
     method = get_method("svi-meanfield").defaults
     assert {k: other[k] for k in tuned} == {k: method[k] for k in tuned}
     assert resolve(spec, "svi-meanfield", settings={"steps": "7"}).settings["steps"] == 7  # the user's win
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 10 steps
-        fitted = pyro_bdl.fit("coin", inference="svi-meanfield", steps=10, samples=5, progress=False).info["settings"]
+        fitted = pyro_bdl.fit("coin", inference="svi-meanfield", steps=10, samples=5, progress=False).record.settings
     assert fitted == resolve(spec, "svi-meanfield", settings={"steps": 10, "samples": 5}).settings
 
 

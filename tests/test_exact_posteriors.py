@@ -28,7 +28,7 @@ from posterior_checks import K, check_means, check_sds, exact_posterior_of
 from problems import PROBLEMS
 
 #: The zoo models with an exact posterior.
-MODELS = [spec.name for spec in list_models() if spec.exact_posterior is not None]
+MODELS = [spec.name for spec in list_models() if spec.hooks.exact_posterior is not None]
 
 #: What each method promises on a conjugate model:
 #: "moments": posterior means and sds within Monte Carlo error;

@@ -13,7 +13,7 @@ K = 4.5
 
 
 def test_both_estimators_are_unbiased_and_reparam_has_lower_variance():
-    out = compare_estimators(num_score=1000, num_reparam=200)
+    out = compare_estimators("blr", num_score=1000, num_reparam=200)
     for name in ("score", "reparam"):
         err = np.abs(out[f"{name}_mean"] - out["exact"])
         assert np.all(err < K * out[f"{name}_se"]), f"{name}: errors {err}, s.e. {out[f'{name}_se']}"

@@ -16,7 +16,7 @@ QUICK = {name: dict(method.quick) for name, method in METHODS.items()}
 #: Every model with every method it supports (the registry's table), networks on their cheapest setting
 #: (hidden=5); not the samplers on networks, minutes even there (their slow tests run them).
 CASES = [(spec.name, name) for spec in list_models() for name in spec.methods
-         if not ("network" in spec.traits and METHODS[name].family == "mcmc")]
+         if not ("network" in spec.inference.traits and METHODS[name].family == "mcmc")]
 SMALL = {"hidden": "5"}
 
 
@@ -33,14 +33,14 @@ def test_inference_data_groups(model, method, tmp_path):
     result = pyro_bdl.fit(model, data, inference=method, progress=False, options=options, **QUICK[method])
     idata = result.to_inference_data()
     if not result.samples:  # every latent local to a row (an amortised model): no posterior draws, no group for them
-        assert spec.local_latents and "posterior" not in idata.groups()
+        assert spec.data.local_latents and "posterior" not in idata.groups()
         assert set(result.likelihood_sites) <= set(idata.observed_data.data_vars)
         assert idata.sample_stats["loss"].dims == ("step",) and idata.sample_stats.attrs["inference"] == method
         return
     for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data"):
         assert group in idata.groups(), group
     assert set(idata.posterior.data_vars) == set(result.samples)
-    n = len(result.data[spec.target])
+    n = len(result.data[spec.data.target])
     assert idata.log_likelihood["y"].shape[-1] == n
     assert idata.posterior.attrs["inference"] == method
     family = METHODS[method].family

@@ -95,7 +95,7 @@ def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(featur
     options = {} if features == "random" else {"feature_weights": request.getfixturevalue("trained_map")}
     result = pyro_bdl.fit("last-layer", inference="svi", options=options, seed=0, progress=False, samples=2000)
     assert isinstance(result.guide, PrincipalAxesGuide)  # the model's default guide for svi
-    mean, cov = ll.posterior_moments(**result.standardized_data, **result.info["options"])
+    mean, cov = ll.posterior_moments(**result.standardized_data, **result.record.options)
     assert np.linalg.cond(cov.numpy()) > 1e5  # the problem is as ill-conditioned as claimed
     Q = result.guide.axes(result.standardized_data["X"]).double()
     store = pyro.get_param_store()
@@ -166,7 +166,7 @@ MF_MEAN_ALLOWANCE, MF_SD_ALLOWANCE = 0.5, 0.1
 def test_svi_meanfield_reaches_the_mean_field_optimum():
     result = pyro_bdl.fit("last-layer", problem(), inference="svi-meanfield", options=OPTIONS, seed=0,
                           progress=False, samples=10)
-    mean, cov = ll.posterior_moments(**result.standardized_data, **result.info["options"])
+    mean, cov = ll.posterior_moments(**result.standardized_data, **result.record.options)
     mf_sd = torch.linalg.inv(cov).diagonal().rsqrt()
     store = pyro.get_param_store()
     loc = torch.cat([store["mf.w.loc"].detach(), store["mf.b.loc"].detach().reshape(1)]).double()
@@ -298,7 +298,7 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     assert json.loads(json.dumps(phi)) == phi  # JSON-able, for a file the command line reads
     result = pyro_bdl.fit("last-layer", ds, inference="importance", options={"feature_weights": phi, "noise": 0.5},
                           progress=False, samples=500)
-    assert result.info["options"]["feature_weights"] == phi
+    assert result.record.options["feature_weights"] == phi
     # the map is the trained net's hidden layer on the standardised inputs
     A, c = (torch.tensor(phi["layers"][0][k], dtype=torch.float64) for k in ("weight", "bias"))
     X = result.standardized_data["X"].double()
@@ -309,7 +309,7 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     on_disk = {"activation": "tanh", "layers": "params.pt"}
     assert json.loads((tmp_path / "fit" / "metrics.json").read_text())["options"]["feature_weights"] == on_disk
     back = pyro_bdl.load_fit(tmp_path / "fit")
-    assert back.info["options"]["feature_weights"] == on_disk
+    assert back.record.options["feature_weights"] == on_disk
     new = torch.linspace(-3, 3, 7).unsqueeze(1).repeat(1, 2)
     pyro.clear_param_store()  # what the store holds now does not matter: the fit runs with its own parameters
     pd.testing.assert_frame_equal(result.predict(new)[["mean", "sd"]], back.predict(new)[["mean", "sd"]])
@@ -430,7 +430,7 @@ def test_nuts_full_mass_mixes_on_collinear_features():
                                     progress=False, full_mass=full_mass, **settings[full_mass])
             for full_mass in (True, False)}
     dense = runs[True]
-    exact = ll.exact_posterior(**dense.standardized_data, **dense.info["options"])
+    exact = ll.exact_posterior(**dense.standardized_data, **dense.record.options)
     check_means(dense, exact)
     check_sds(dense, exact)
     depth = {k: float(np.mean(r.sample_stats["n_steps"])) for k, r in runs.items()}

@@ -183,7 +183,7 @@ def test_a_damaged_fit_loads_or_is_refused_naming_the_file(fit_dir, hit):
             assert name in str(exc) or str(fit) in str(exc), str(exc)
         else:  # what still loads must still predict, or be refused by predict naming the problem
             try:
-                result.predict(pyro_bdl.load_csv(data, target=None, features=result.info["feature_names"]))
+                result.predict(pyro_bdl.load_csv(data, target=None, features=result.record.feature_names))
             except DataError:
                 pass
         out = root / "p.csv"

@@ -16,7 +16,7 @@ from pyro_bdl.registry import list_models, resolve
 def test_supported_pairs_follow_from_traits_and_requirements():
     for spec in list_models():
         for name, method in METHODS.items():
-            suits = method.requires <= spec.traits and not method.refuses & spec.traits
+            suits = method.requires <= spec.inference.traits and not method.refuses & spec.inference.traits
             assert (name in spec.methods) == suits, (spec.name, name)
     assert "mc-dropout" in pyro_bdl.get_model("bnn-regressor").methods
     assert "mc-dropout" not in pyro_bdl.get_model("blr").methods

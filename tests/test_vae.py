@@ -1,4 +1,4 @@
-"""The VAE (models/vae.py) and what serves it: the per-row importance weights (pyro_bdl.inference.marginal), the
+"""The VAE (pyro_bdl/models/vae.py) and what serves it: the per-row importance weights (pyro_bdl.inference.marginal), the
 amortised training method, the image loaders, the fit directory and the command line.
 
 The exact check: with a linear decoder and a Gaussian likelihood the VAE is factor analysis,
@@ -212,7 +212,7 @@ def test_save_and_load_give_the_same_log_px(digits_fit, tmp_path):
 def test_other_architectures_and_likelihoods_train(options):
     fit = pyro_bdl.fit("vae", pyro_bdl.load("digits-01"), inference="svi-amortised", options={**SMALL, **options},
                        epochs=2, is_samples=5, elbo="iwae", particles=2, progress=False)
-    assert math.isfinite(fit.info["train_log_px"]) and fit.info["options"]["data_dim"] == 64
+    assert math.isfinite(fit.info["train_log_px"]) and fit.record.options["data_dim"] == 64
 
 
 def test_pixels_outside_the_unit_interval_and_nan_are_refused():

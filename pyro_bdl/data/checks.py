@@ -8,9 +8,9 @@ Example
 >>> from pyro_bdl.data.table import Dataset
 >>> with warnings.catch_warnings(record=True) as caught:
 ...     warnings.simplefilter("always")
-...     check_training_data(Dataset("d", torch.tensor([[1.0, 2.0], [1.0, 3.0]]), torch.tensor([0.0, 1.0])))
+...     check_training_data(Dataset("d", torch.tensor([[1.0, 2.0], [1.0, 3.0]]), torch.tensor([0.0, 1.0]), ["a", "b"]))
 >>> str(caught[0].message)
-"d: feature column(s) 'x0' are constant and carry no information"
+"d: feature column(s) 'a' are constant and carry no information"
 """
 
 from __future__ import annotations

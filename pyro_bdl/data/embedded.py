@@ -5,8 +5,8 @@
   :data:`SINE_GAP` in the middle; :func:`sine_grid` spans beyond the data for plots.
 * ``digits`` (embedded): scikit-learn's 8x8 digits; :func:`digits_split` gives a fixed
   stratified train/test split and :func:`digits_ood` out-of-distribution inputs.
-* :func:`load_uci`: one split of a UCI regression benchmark folder (the layout of the MC
-  dropout experiments), in original units.
+
+The UCI benchmark folders are read by :mod:`pyro_bdl.data.uci`, image files by :mod:`pyro_bdl.data.images`.
 
 Example
 -------
@@ -60,8 +60,6 @@ __all__ = [
     "digits_split",
     "split_dataset",
     "digits_ood",
-    "load_uci",
-    "uci_splits",
 ]
 
 
@@ -222,146 +220,6 @@ def digits_ood(test: Dataset, kind: str, seed: int = 0) -> Dataset:
 
 
 # --------------------------------------------------------------------------- UCI benchmark
-
-
-def _need_file(folder: Path, name: str) -> Path:
-    path = folder / name
-    if not path.is_file():
-        raise DataError(f"{folder}: missing file {name} (expected the UCI benchmark layout: data.txt, "
-                        f"index_features.txt, index_target.txt, index_train_K.txt, index_test_K.txt)")
-    return path
-
-
-def _read_indices(path: Path) -> np.ndarray:
-    """0-based integer indices, whitespace or newline separated."""
-    tokens = path.read_text().split()
-    if not tokens:
-        raise DataError(f"{path}: holds no indices")
-    out = []
-    for tok in tokens:
-        try:
-            value = int(tok)
-        except ValueError:
-            try:
-                as_float = float(tok)
-            except ValueError:
-                as_float = math.nan
-            if not (math.isfinite(as_float) and as_float.is_integer()):
-                raise DataError(f"{path}: {tok!r} is not an integer index") from None
-            value = int(as_float)
-        out.append(value)
-    return np.asarray(out, dtype=np.int64)
-
-
-def _check_range(idx: np.ndarray, size: int, path: Path, what: str) -> None:
-    bad = idx[(idx < 0) | (idx >= size)]
-    if bad.size:
-        shown = ", ".join(map(str, bad[:5].tolist())) + (" ..." if bad.size > 5 else "")
-        raise DataError(f"{path}: {bad.size} {what} index(es) out of range ({shown}); data.txt has {size} {what}s "
-                        f"(valid: 0..{size - 1})")
-
-
-def _read_matrix(path: Path) -> np.ndarray:
-    """data.txt: whitespace-separated numbers, one row a line, all rows the same length."""
-    rows = [line.split() for line in path.read_text().splitlines()]
-    rows = [(i + 1, r) for i, r in enumerate(rows) if r]
-    if not rows:
-        raise DataError(f"{path}: the file is empty")
-    width = len(rows[0][1])
-    for line_no, r in rows:
-        if len(r) != width:
-            raise DataError(f"{path}: line {line_no} has {len(r)} value(s), line {rows[0][0]} has {width}")
-    flat = [tok for _, r in rows for tok in r]
-    try:
-        return np.asarray(flat, dtype=np.float64).reshape(len(rows), width)
-    except ValueError:
-        for k, tok in enumerate(flat):
-            try:
-                float(tok)
-            except ValueError:
-                raise DataError(f"{path}: line {rows[k // width][0]} holds {tok!r}, not a number") from None
-        raise
-
-
-def uci_splits(folder: str | Path) -> int:
-    """How many train/test splits a UCI benchmark folder has.
-
-    From ``n_splits.txt`` when present, otherwise by counting the ``index_train_K.txt`` files.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(f"{folder}: no such folder (expected a UCI benchmark folder with data.txt and index files)")
-    n_file = folder / "n_splits.txt"
-    if n_file.is_file():
-        text = n_file.read_text().split()
-        if len(text) != 1 or not text[0].isdigit() or int(text[0]) < 1:
-            raise DataError(f"{n_file}: expected one positive integer, found {' '.join(text)!r}")
-        return int(text[0])
-    found = [p for p in folder.iterdir() if re.fullmatch(r"index_train_\d+\.txt", p.name)]
-    if not found:
-        raise DataError(f"{folder}: no splits (neither n_splits.txt nor any index_train_K.txt file)")
-    return len(found)
-
-
-def load_uci(folder: str | Path, split: int = 0) -> tuple[Dataset, Dataset]:
-    """Split ``split`` of a UCI regression benchmark folder: (train, test) in ORIGINAL units.
-
-    The folder holds ``data.txt`` (whitespace-separated rows), ``index_features.txt`` and
-    ``index_target.txt`` (0-based column indices; exactly one target), and
-    ``index_train_K.txt`` / ``index_test_K.txt`` (0-based row indices of split K).  Each part has
-    X (n, d) float32 with feature names ``x0`` ... ``x{d-1}`` (in index_features order) and
-    y (n,) named ``y``.  Standardise with :class:`Standardizer` fitted on the training part.
-    """
-    folder = Path(folder)
-    n_splits = uci_splits(folder)  # also checks the folder exists
-    if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
-        raise TypeError(f"split must be an integer, not {type(split).__name__}")
-    if not 0 <= split < n_splits:
-        raise DataError(f"{folder}: split {split} out of range; there are {n_splits} splits (0..{n_splits - 1})")
-    split = int(split)
-    data_path = _need_file(folder, "data.txt")
-    feat_path = _need_file(folder, "index_features.txt")
-    targ_path = _need_file(folder, "index_target.txt")
-    train_path = _need_file(folder, f"index_train_{split}.txt")
-    test_path = _need_file(folder, f"index_test_{split}.txt")
-
-    data = _read_matrix(data_path)
-    n_rows, n_cols = data.shape
-    features = _read_indices(feat_path)
-    target = _read_indices(targ_path)
-    if target.size != 1:
-        raise DataError(f"{targ_path}: holds {target.size} indices; expected exactly one target column")
-    _check_range(features, n_cols, feat_path, "column")
-    _check_range(target, n_cols, targ_path, "column")
-    if int(target[0]) in features.tolist():
-        raise DataError(f"{feat_path}: lists the target column {int(target[0])} as a feature")
-    train = _read_indices(train_path)
-    test = _read_indices(test_path)
-    _check_range(train, n_rows, train_path, "row")
-    _check_range(test, n_rows, test_path, "row")
-    both = np.intersect1d(train, test)
-    if both.size:
-        shown = ", ".join(map(str, both[:5].tolist())) + (" ..." if both.size > 5 else "")
-        raise DataError(f"{folder}: split {split} puts {both.size} row(s) in both train and test ({shown})")
-
-    used = np.concatenate([features, target])
-    sub = data[:, used]
-    bad = ~np.isfinite(sub)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(
-            f"{data_path}: {int(bad.sum())} NaN or infinite value(s) in the used columns, first at row "
-            f"{int(r)}, column {int(used[c])} (0-based)"
-        )
-
-    names = [f"x{i}" for i in range(features.size)]
-
-    def part(rows, label):
-        X = torch.tensor(data[np.ix_(rows, features)], dtype=torch.float32)
-        y = torch.tensor(data[rows, int(target[0])], dtype=torch.float32)
-        return Dataset(f"{folder.name}[split {split}] {label}", X, y, list(names), "y")
-
-    return part(train, "train"), part(test, "test")
 
 
 # --------------------------------------------------------------------------- the embedded table

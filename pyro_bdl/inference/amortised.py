@@ -43,7 +43,7 @@ from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
 from pyro_bdl.storage.checkpoint import kept_rng
 from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
 from pyro_bdl.inference.base import Draws
-from pyro_bdl.inference.svi import ADAM_SETTINGS, _load_parameters, _parameters, make_elbo, optimise
+from pyro_bdl.inference.svi import ADAM_SETTINGS, load_store_values, make_elbo, optimise, store_values
 from pyro_bdl.inference.method import Method, register_method
 
 __all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
@@ -156,7 +156,7 @@ class EarlyStopping:
             self.valid.append(value)
             postfix["validation"] = f"{value:.2f}"
             if value > self.best:
-                self.best, self.best_epoch, self.bad, self.best_params = value, epoch, 0, _parameters()
+                self.best, self.best_epoch, self.bad, self.best_params = value, epoch, 0, store_values()
             elif epoch > self.warmup:
                 self.bad += 1
         bar.set_postfix(postfix, refresh=False)
@@ -205,7 +205,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
                       progress=progress, desc="svi-amortised", checkpoint=checkpoint, monitor=monitor,
                       schedule=schedule, **adam)
     if monitor.best_params is not None:
-        _load_parameters(monitor.best_params)
+        load_store_values(monitor.best_params)
     store = pyro.get_param_store()
     params = {name: store[name].detach().clone() for name in store.keys()}
     info = {"training_rows": rows, "validation_rows": held, "epochs": epochs, "patience": patience,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from pyro_bdl.inference.base import Draws, RunContext, as_flag
 
-__all__ = ["Method", "METHODS", "register_method", "get_method", "Domain", "SETTING_DOMAINS"]
+__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "Domain", "SETTING_DOMAINS"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,10 @@ SETTING_DOMAINS: dict[str, Domain] = {
     "validation": Domain(float, 0, 1, open_high=True),  # the fraction of rows held out for early stopping
 }
 
+
+#: The method a fit runs when none is named, where it suits the model (a model it does not suit gets the first of
+#: its methods in the table's order): NUTS, the reference every other method is checked against.
+DEFAULT_METHOD = "nuts"
 
 #: Every registered method by name, filled as the modules of this package register theirs.
 METHODS: dict[str, Method] = {}

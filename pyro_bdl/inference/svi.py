@@ -179,7 +179,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                     )
                     break
                 if (step - first) % SNAPSHOT_EVERY == 0:  # the parameters after this step, if all finite
-                    params = _parameters()
+                    params = store_values()
                     if _all_finite(params.values()):
                         snapshot = (step + 1, params)
                 if monitor is None and (step % 50 == 0 or step == steps - 1):
@@ -201,14 +201,14 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
 SNAPSHOT_EVERY = 50
 
 
-def _parameters() -> dict:
+def store_values() -> dict:
     """A copy of every parameter in the store, unconstrained."""
     store = pyro.get_param_store()
     return {name: store.get_param(name).unconstrained().detach().clone() for name in store.keys()}
 
 
-def _load_parameters(saved: dict) -> None:
-    """Copy ``saved`` (name -> unconstrained value, as :func:`_parameters` makes) into the store's parameters."""
+def load_store_values(saved: dict) -> None:
+    """Copy ``saved`` (name -> unconstrained value, as :func:`store_values` makes) into the store's parameters."""
     store = pyro.get_param_store()
     with torch.no_grad():
         for name, value in saved.items():
@@ -226,14 +226,14 @@ def _restore_if_broken(snapshot) -> int | None:
     if snapshot is None or _all_finite(store.get_param(name).unconstrained() for name in store.keys()):
         return None
     step, saved = snapshot
-    _load_parameters(saved)
+    load_store_values(saved)
     return step
 
 
 def _save(checkpoint, optim, losses, monitor=None) -> None:
     checkpoint.save({
         "losses": torch.tensor(losses, dtype=torch.float64),
-        "params": _parameters(),
+        "params": store_values(),
         "optim": optim.get_state(),
         "rng": rng_state(),  # torch, numpy, Python: the minibatches and draws still to come
         **({"monitor": monitor.state()} if monitor is not None else {}),
@@ -249,7 +249,7 @@ def _resume(checkpoint, model, guide, optim, data, monitor=None) -> list:
         guide(**data)  # create the guide's parameters (and the model's own), then overwrite them
         if any(name not in pyro.get_param_store() for name in state["params"]):
             model(**data)
-    _load_parameters(state["params"])
+    load_store_values(state["params"])
     optim.set_state(state["optim"])
     if monitor is not None and "monitor" in state:
         monitor.load(state["monitor"])

@@ -34,7 +34,7 @@ import torch
 
 from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 __all__ = ["blr", "exact_posterior", "posterior_moments", "least_squares"]
 
@@ -95,8 +95,14 @@ SPEC = register(
                             domain=Domain(float, 0, open_low=True, finite=True)),
         },
         default_data="linear",
-        traits=frozenset({"continuous", "low-dimensional"}),
-        check_data=check_has_features,
-        exact_posterior=exact_posterior,
+        data=DataContract(
+            check=check_has_features,
+        ),
+        inference=InferenceChoices(
+            traits=frozenset({"continuous", "low-dimensional"}),
+        ),
+        hooks=PostFit(
+            exact_posterior=exact_posterior,
+        ),
     )
 )

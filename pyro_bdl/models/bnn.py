@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from pyro_bdl.nn.layers import ACTIVATIONS, PRIORS, forward, hidden_widths, per_example, sample_layers
 from pyro_bdl.inference import Domain
-from pyro_bdl.models.networks import NOISE_INIT, network_spec
+from pyro_bdl.models.networks import NETWORK_INFERENCE, NOISE_INIT, network_data
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["bnn_regressor", "bnn_classifier", "IN_BETWEEN"]
@@ -134,7 +134,8 @@ register(ModelSpec(
                              domain=Domain(float, 0, open_low=True, finite=True))},
     default_data="sine",
     notes=in_between_note(),
-    **network_spec(),
+    data=network_data(),
+    inference=NETWORK_INFERENCE,
 ))
 register(ModelSpec(
     name="bnn-classifier",
@@ -146,5 +147,6 @@ register(ModelSpec(
              "num_classes": Option(None, "number of classes (default: from the training labels)", int,
                                    domain=Domain(int, 2))},
     default_data="digits",
-    **network_spec(classifier=True),
+    data=network_data(classifier=True),
+    inference=NETWORK_INFERENCE,
 ))

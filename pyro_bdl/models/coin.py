@@ -34,7 +34,7 @@ from torch.distributions import constraints
 
 from pyro_bdl.data.table import check_binary
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 __all__ = ["coin", "beta_guide", "exact_posterior", "posterior_beta", "next_toss_probability"]
 
@@ -84,7 +84,7 @@ def _bound_options(model) -> dict:
 def _report(result) -> dict:
     """The next-toss predictive from the fit, next to the exact one."""
     y = result.data["y"]
-    opts = result.info.get("options", {})
+    opts = result.record.options
     pi = result.samples["pi"].reshape(-1)
     return {
         "p_next_heads": float(pi.mean()),
@@ -104,17 +104,23 @@ SPEC = register(
             "beta": Option(1.0, "prior pseudo-count of tails", domain=Domain(float, 0, open_low=True, finite=True)),
         },
         default_data="coin",
-        traits=frozenset({"continuous", "low-dimensional"}),
-        features=None,
-        size="n",
-        task="binary",
-        check_data=check_binary,
-        exact_posterior=exact_posterior,
-        report=_report,
-        guides={"beta": lambda model: functools.partial(beta_guide, **_bound_options(model))},
-        default_guides={"svi-meanfield": "beta"},
-        # The Beta guide's concentration must grow from 2 to about n; its reparameterised gradients
-        # are noisy, so it needs a larger step and a few particles to settle.
-        method_defaults={"svi-meanfield": {"lr": 0.1, "steps": 3000, "particles": 4}},
+        data=DataContract(
+            features=None,
+            size="n",
+            task=Task.BINARY,
+            check=check_binary,
+        ),
+        inference=InferenceChoices(
+            traits=frozenset({"continuous", "low-dimensional"}),
+            guides={"beta": lambda model: functools.partial(beta_guide, **_bound_options(model))},
+            default_guides={"svi-meanfield": "beta"},
+            # The Beta guide's concentration must grow from 2 to about n; its reparameterised gradients
+            # are noisy, so it needs a larger step and a few particles to settle.
+            method_defaults={"svi-meanfield": {"lr": 0.1, "steps": 3000, "particles": 4}},
+        ),
+        hooks=PostFit(
+            exact_posterior=exact_posterior,
+            report=_report,
+        ),
     )
 )

@@ -1,14 +1,15 @@
 """What the zoo's network models share: the Bayes by Backprop guide, where optimisation starts, the settings of
 their SVI path, which sites MC dropout drops, and the checks and options the data decide.
 
-A network model registers with ``**network_spec()`` (see ``models/bnn.py``); the values here are the defaults
+A network model registers with ``data=network_data(...)`` and ``inference=NETWORK_INFERENCE`` (see :mod:`pyro_bdl.models.bnn`); the values here are the defaults
 chosen on the embedded data and the UCI files, with the measurements in ``benchmarks/RESULTS.md``.
 
 Example
 -------
->>> spec = network_spec()
->>> sorted(spec["traits"]), spec["default_guides"]["svi"], spec["method_defaults"]["svi"]["steps"]
+>>> sorted(NETWORK_INFERENCE.traits), NETWORK_INFERENCE.default_guides["svi"], BBB_SETTINGS["svi"]["steps"]
 (['continuous', 'network'], 'bbb', 5000)
+>>> network_data(classifier=True).task
+<Task.CLASSIFICATION: 'classification'>
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import torch
 
 from pyro_bdl.data.table import DataError, check_has_features
 from pyro_bdl.inference.guides import MeanFieldGuide
+from pyro_bdl.registry import DataContract, InferenceChoices, Task
 
-__all__ = ["bbb_guide", "init_network", "network_spec", "check_labels", "num_classes", "BBB_SETTINGS", "NOISE_INIT",
+__all__ = ["bbb_guide", "init_network", "network_data", "NETWORK_INFERENCE", "check_labels", "num_classes", "BBB_SETTINGS", "NOISE_INIT",
            "INIT_PRIOR_SCALE"]
 
 #: The networks' SVI path (``svi``, ``svi-meanfield``): the compiled ELBO (:mod:`pyro_bdl.inference.compiled_elbo`: the
@@ -88,14 +90,18 @@ def _check_classification(dataset) -> None:
     check_labels(dataset)
 
 
-def network_spec(classifier: bool = False) -> dict:
-    """The :class:`~pyro_bdl.registry.ModelSpec` fields every network model shares: its traits, standardised
-    data, the BBB guide and its compiled path, the random start, and MC dropout's sites; for a classifier,
-    the label check and the number of classes taken from the training labels."""
-    spec = dict(traits=frozenset({"continuous", "network"}), standardize=True, guides={"bbb": bbb_guide},
-                default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults=BBB_SETTINGS,
-                init_loc_fn=init_network, method_kwargs={"mc-dropout": {"dropout_sites": hidden_weight}},
-                check_data=check_has_features, task="regression")
+def network_data(classifier: bool = False) -> DataContract:
+    """How every network model takes its data: standardised features (and targets, for a regressor); for a
+    classifier, the label check and the number of classes taken from the training labels."""
     if classifier:
-        spec.update(check_data=_check_classification, infer_options=num_classes, task="classification")
-    return spec
+        return DataContract(task=Task.CLASSIFICATION, standardize=True, check=_check_classification,
+                            infer_options=num_classes)
+    return DataContract(task=Task.REGRESSION, standardize=True, check=check_has_features)
+
+
+#: What every network model chooses for inference: the BBB guide and its compiled path, the random start, and MC
+#: dropout's sites.
+NETWORK_INFERENCE = InferenceChoices(
+    traits=frozenset({"continuous", "network"}), guides={"bbb": bbb_guide},
+    default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults=BBB_SETTINGS, init_loc_fn=init_network,
+    method_kwargs={"mc-dropout": {"dropout_sites": hidden_weight}})

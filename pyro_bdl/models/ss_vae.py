@@ -48,12 +48,12 @@ import torch
 import torch.nn.functional as F
 from pyro import poutine
 
-from pyro_bdl.posterior import amortised as generative
+from pyro_bdl.posterior import amortised
 from pyro_bdl.data.table import DataError
 from pyro_bdl.nn.image_networks import classifier, decoder, encoder, registered
 from pyro_bdl.inference import Domain
 from pyro_bdl.nn.layers import hidden_widths
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 __all__ = ["ss_vae", "ss_guide", "class_elbos"]
 
@@ -174,18 +174,24 @@ register(ModelSpec(
                              domain=Domain(float, 0, open_low=True, finite=True)),
     },
     default_data="digits-01-semi",
-    traits=frozenset({"amortised"}),
-    features="x",
-    target="y",
-    local_latents=("z_labelled", "z_unlabelled", "y_unlabelled"),
-    task="semi-supervised",
-    check_data=_check,
-    infer_options=lambda dataset: {"num_classes": int(dataset.y.max()) + 1},
-    guides={"encoder": lambda model: functools.partial(ss_guide, **model.keywords)},
-    default_guides={"svi-amortised": "encoder"},
-    # y is summed out where unknown; no validation rows: the few labels all train (and the per-row ELBO of two
-    # plates is not one number per row)
-    method_defaults={"svi-amortised": {"elbo": "enum", "validation": 0.0, "epochs": 100}},
-    evaluate=generative.evaluate_classifier,
-    predict=generative.predict_classes,
+    data=DataContract(
+        features="x",
+        target="y",
+        local_latents=("z_labelled", "z_unlabelled", "y_unlabelled"),
+        task=Task.SEMI_SUPERVISED,
+        check=_check,
+        infer_options=lambda dataset: {"num_classes": int(dataset.y.max()) + 1},
+    ),
+    inference=InferenceChoices(
+        traits=frozenset({"amortised"}),
+        guides={"encoder": lambda model: functools.partial(ss_guide, **model.keywords)},
+        default_guides={"svi-amortised": "encoder"},
+        # y is summed out where unknown; no validation rows: the few labels all train (and the per-row ELBO of two
+        # plates is not one number per row)
+        method_defaults={"svi-amortised": {"elbo": "enum", "validation": 0.0, "epochs": 100}},
+    ),
+    hooks=PostFit(
+        evaluate=amortised.evaluate_classifier,
+        predict=amortised.predict_classes,
+    ),
 ))

@@ -57,12 +57,12 @@ from pyro import poutine
 from pyro.poutine.util import is_validation_enabled
 from torch.distributions import constraints
 
-from pyro_bdl.posterior import amortised as generative
+from pyro_bdl.posterior import amortised
 from pyro_bdl.data.table import DataError
 from pyro_bdl.nn.image_networks import ARCHS, decoder, encoder, registered
 from pyro_bdl.inference import Domain
 from pyro_bdl.nn.layers import hidden_widths
-from pyro_bdl.registry import ModelSpec, Option, choice, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
 __all__ = ["vae", "encoder_guide", "LIKELIHOODS"]
 
@@ -134,20 +134,26 @@ SPEC = register(ModelSpec(
         "data_dim": Option(None, "pixels per image (default: from the data)", int, domain=Domain(int, 1)),
     },
     default_data="digits-01",
-    traits=frozenset({"amortised"}),
-    features="x",
-    target=None,
-    size="n",
-    local_latents=("z",),
-    task="density",
-    infer_options=lambda dataset: {"data_dim": int(dataset.X.shape[1])},
-    guides={"encoder": lambda model: functools.partial(encoder_guide, **model.keywords)},
-    default_guides={"svi-amortised": "encoder"},
-    # 3e-3: within 0.4 nats of the best test log p(x) of {1e-3, 3e-3, 1e-2} on digits and a family of other sets
-    # (1e-2, the digits' best, loses 3.5 nats on 1,000 MNIST images): benchmarks/RESULTS.md, "VAE defaults"
-    method_defaults={"svi-amortised": {"lr": 3e-3}},
-    report=generative.report,
-    evaluate=generative.evaluate,
-    predict=generative.predict,
-    plots=generative.plots,
+    data=DataContract(
+        features="x",
+        target=None,
+        size="n",
+        local_latents=("z",),
+        task=Task.DENSITY,
+        infer_options=lambda dataset: {"data_dim": int(dataset.X.shape[1])},
+    ),
+    inference=InferenceChoices(
+        traits=frozenset({"amortised"}),
+        guides={"encoder": lambda model: functools.partial(encoder_guide, **model.keywords)},
+        default_guides={"svi-amortised": "encoder"},
+        # 3e-3: within 0.4 nats of the best test log p(x) of {1e-3, 3e-3, 1e-2} on digits and a family of other sets
+        # (1e-2, the digits' best, loses 3.5 nats on 1,000 MNIST images): benchmarks/RESULTS.md, "VAE defaults"
+        method_defaults={"svi-amortised": {"lr": 3e-3}},
+    ),
+    hooks=PostFit(
+        report=amortised.report,
+        evaluate=amortised.evaluate,
+        predict=amortised.predict,
+        plots=amortised.plots,
+    ),
 ))

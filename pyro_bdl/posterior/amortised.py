@@ -48,17 +48,17 @@ def guide_of(result):
     if result.guide is not None:
         return result.guide
     spec = result.spec
-    return spec.guides[spec.default_guides[result.method]](result.model)
+    return spec.inference.guides[spec.inference.default_guides[result.method]](result.model)
 
 
 def _particles(result, particles) -> int:
-    return int(particles or result.info.get("settings", {}).get("is_samples") or IS_SAMPLES)
+    return int(particles or result.record.settings.get("is_samples") or IS_SAMPLES)
 
 
 def _features(result, data) -> dict:
     if isinstance(data, dict):
         return data
-    return {result.spec.features: data.X if hasattr(data, "X") else data}
+    return {result.spec.data.features: data.X if hasattr(data, "X") else data}
 
 
 def estimate_rows(result, data, particles: int | None = None) -> Estimate:
@@ -78,7 +78,7 @@ def report(result) -> dict:
     """Training rows (at most :data:`REPORT_ROWS`, a fixed subset), per row in nats: ``train_elbo``, the
     importance-sampled ``train_log_px`` (K = the ``is_samples`` setting), their ``train_gap`` and the standard
     error of the mean log p(x)."""
-    x = result.data[result.spec.features]
+    x = result.data[result.spec.data.features]
     if len(x) > REPORT_ROWS:
         x = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:REPORT_ROWS]]
     return _summary(estimate_rows(result, x), "train_")
@@ -96,7 +96,7 @@ def latents(result, data) -> dict:
     """site -> (mean, sd) of q(z | x) per row, each (n, L), for every local latent of the model."""
     with result.own_params():
         trace = poutine.trace(guide_of(result)).get_trace(**_features(result, data))
-    return {name: (trace.nodes[name]["fn"].mean, trace.nodes[name]["fn"].stddev) for name in result.spec.local_latents}
+    return {name: (trace.nodes[name]["fn"].mean, trace.nodes[name]["fn"].stddev) for name in result.spec.data.local_latents}
 
 
 def predict(result, data, particles: int | None = None) -> pd.DataFrame:
@@ -118,7 +118,7 @@ def class_probabilities(result, data) -> torch.Tensor:
     local latent with a Categorical distribution), all rows taken as unlabelled."""
     with result.own_params():
         trace = poutine.trace(guide_of(result)).get_trace(**_features(result, data))
-    site = next(trace.nodes[name] for name in result.spec.local_latents
+    site = next(trace.nodes[name] for name in result.spec.data.local_latents
                 if name in trace.nodes and hasattr(trace.nodes[name]["fn"], "probs"))
     return site["fn"].probs
 
@@ -157,7 +157,7 @@ def simulate(result, num: int, seed: int = 0) -> dict:
     (for images the mean is the picture; the draw is noisier)."""
     torch.manual_seed(seed)
     with result.own_params():
-        trace = poutine.trace(result.model).get_trace(**{result.spec.size: int(num)})
+        trace = poutine.trace(result.model).get_trace(**{result.spec.data.size: int(num)})
     site = trace.nodes[result.likelihood_sites[0]]
     return {"x": site["value"], "mean": site["fn"].mean}
 
@@ -187,7 +187,7 @@ def plots(result, out: Path, test=None) -> list[str]:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    rows = test if test is not None else result.data[result.spec.features]
+    rows = test if test is not None else result.data[result.spec.data.features]
     X = rows.X if hasattr(rows, "X") else rows
     labels = getattr(rows, "y", None)
     written = []

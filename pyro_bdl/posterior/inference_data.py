@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 
-import arviz as az
 import numpy as np
-import xarray as xr
 
 __all__ = ["to_inference_data", "samples_from_inference_data"]
 
@@ -50,7 +48,7 @@ def _stored(samples: dict) -> tuple[dict, dict, dict, dict]:
     return posterior, dims, coords, shapes
 
 
-def to_inference_data(result) -> az.InferenceData:
+def to_inference_data(result):
     """Convert a :class:`~pyro_bdl.result.FitResult` to :class:`arviz.InferenceData`.
 
     A fit without posterior draws (every latent local to a row: an amortised model) has no ``posterior``,
@@ -64,22 +62,24 @@ def to_inference_data(result) -> az.InferenceData:
         if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0
         and not any(v.shape == o.shape and np.array_equal(v.numpy(), o) for o in observed)
     }
-    info = result.info
-    options = info.get("options", {})
+    record = result.record
+    options = record.options
     if result.spec is not None:
         options = result.spec.options_on_disk(options)
     attrs = {
         "inference": result.method,
-        "model": info.get("model", getattr(result.model, "__name__", "model")),
+        "model": record.model,
         "point_estimate": int(result.point_estimate),
-        "seed": info.get("seed", -1),
+        "seed": record.seed,
         "options": json.dumps({k: _jsonable(v) for k, v in options.items()}),
-        "feature_names": json.dumps(info.get("feature_names", [])),
-        "target": info.get("target") or "",
+        "feature_names": json.dumps(list(record.feature_names)),
+        "target": record.target or "",
         "likelihood_sites": json.dumps(list(result.likelihood_sites)),
         "inference_library": "pyro_bdl",
         "standardizer": json.dumps(result.standardizer.to_dict()) if result.standardizer is not None else "",
     }
+    import arviz as az  # here, not at the top: `import pyro_bdl` stays quick (ArviZ takes seconds)
+
     idata = az.from_dict(
         posterior=posterior,
         dims=dims or None,
@@ -93,6 +93,8 @@ def to_inference_data(result) -> az.InferenceData:
     if result.losses is not None:
         losses = np.asarray(result.losses, dtype=float)
         dims = ("step",) if losses.ndim == 1 else ("member", "step")  # ensembles: one loss trace per member
+        import xarray as xr  # with ArviZ, when a fit is converted
+
         loss = xr.Dataset({"loss": (dims, losses)})
         idata.add_groups(sample_stats=loss)
     for group in idata.groups():
@@ -116,7 +118,7 @@ def _observed_only(result):
     return PredictiveDraws({}, {}, {}, {}, observed, {}, {})
 
 
-def samples_from_inference_data(idata: az.InferenceData) -> dict:
+def samples_from_inference_data(idata) -> dict:
     """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32; empty without one), sites
     stored sparse made whole again."""
     import torch

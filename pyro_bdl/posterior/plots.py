@@ -8,6 +8,8 @@ import arviz as az
 import matplotlib.pyplot as plt
 import numpy as np
 
+from pyro_bdl.data.task import Task
+
 __all__ = ["plot_loss", "plot_trace", "plot_posterior", "draw_predictive_band", "plot_predictive_band", "write_plots"]
 
 
@@ -89,7 +91,7 @@ def draw_predictive_band(result, ax=None, test=None, grid=None, legend: bool = T
     """
     import torch
 
-    features, target = result.spec.features, result.spec.target
+    features, target = result.spec.data.features, result.spec.data.target
     train_x = result.data[features][:, 0]
     train_y = result.data[target]
     if grid is None:
@@ -107,8 +109,9 @@ def draw_predictive_band(result, ax=None, test=None, grid=None, legend: bool = T
     ax.scatter(train_x.numpy(), train_y.numpy(), s=6, color="k", label="training data")
     if test is not None:
         ax.scatter(test.X[:, 0].numpy(), test.y.numpy(), s=10, marker="x", color="C3", label="held out")
-    ax.set(xlabel=result.info.get("feature_names", ["x"])[0] if result.info.get("feature_names") else "x",
-           ylabel=result.info.get("target") or "y", title=f"{result.info.get('model', '')} / {result.method}")
+    record = result.record
+    ax.set(xlabel=record.feature_names[0] if record.feature_names else "x", ylabel=record.target or "y",
+           title=f"{record.model} / {result.method}")
     if legend:
         ax.legend(fontsize=8)
     return ax
@@ -129,12 +132,12 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
     own figures (its spec's ``plots``)."""
     written = []
     spec = result.spec
-    features = spec.features if spec is not None else None
-    if result.task == "regression" and features is not None and spec.target is not None \
+    features = spec.data.features if spec is not None else None
+    if result.task is Task.REGRESSION and features is not None and spec.data.target is not None \
             and result.data[features].shape[-1] == 1:
         plot_predictive_band(result, test, out / "predictive.png")
         written.append("predictive.png")
-    if result.task == "classification" and test is not None:
+    if result.task is Task.CLASSIFICATION and test is not None:
         from pyro_bdl.posterior.uncertainty import plot_reliability
 
         table = result.predict(test)
@@ -152,6 +155,6 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
     if result.samples:  # a model whose every latent is local has no posterior draws to show
         plot_posterior(idata, out / "posterior.png", point_estimate=result.point_estimate)
         written.append("posterior.png")
-    if spec is not None and spec.plots is not None:  # the model's own figures
-        written += spec.plots(result, out, test)
+    if spec is not None and spec.hooks.plots is not None:  # the model's own figures
+        written += spec.hooks.plots(result, out, test)
     return written

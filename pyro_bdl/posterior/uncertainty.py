@@ -51,7 +51,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from scipy.special import entr, logsumexp, ndtr, ndtri
-from scipy.stats import rankdata
 
 __all__ = [
     "regression_summary",
@@ -479,6 +478,8 @@ def auroc(score_in, score_out) -> float:
     score_in = _array(score_in, "score_in", 1, "(n_in,)")
     score_out = _array(score_out, "score_out", 1, "(n_out,)")
     n_in, n_out = len(score_in), len(score_out)
+    from scipy.stats import rankdata  # scipy.stats takes a second to import: only where ranks are needed
+
     ranks = rankdata(np.concatenate([score_in, score_out]))  # ties get their average rank
     u = ranks[n_in:].sum() - n_out * (n_out + 1) / 2.0
     return float(u / (n_in * n_out))

@@ -10,14 +10,15 @@ For :math:`q_\phi(\theta)` and :math:`f(\theta) = \log p(y, \theta) - \log q_\ph
 
 are unbiased; the reparameterised one usually has far lower variance.  :func:`gradient_draws`
 returns single-particle draws of either estimator at fixed guide parameters, so their means
-and variances can be compared (``scripts/gradient_variance.py`` prints the ratio), and checked against the exact gradient of
-the closed-form ELBO of ``blr`` (:func:`exact_blr_gradient`).  :func:`expected_loglik_and_grad` checks the
+and variances can be compared (``scripts/gradient_variance.py`` prints the ratio on ``blr``), and checked against
+the exact gradient of the closed-form ELBO of a Bayesian linear regression with known noise
+(:func:`exact_linear_gradient`).  The study takes its model as an argument (a zoo name or spec).  :func:`expected_loglik_and_grad` checks the
 reparameterised gradient of a last layer's expected log-likelihood against its closed form.
 
 Example
 -------
 >>> import pyro_bdl.studies.gradient_variance as g
->>> draws = g.gradient_draws("blr", "reparam", num=5)
+>>> draws = g.gradient_draws("blr", "reparam", num=5)           # the zoo's Bayesian linear regression
 >>> draws.shape[0]
 5
 """
@@ -38,12 +39,12 @@ from pyro_bdl.nn.feature_maps import features, split_feature_options
 from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.registry import get_model
 
-__all__ = ["gradient_draws", "exact_blr_gradient", "compare_estimators", "expected_loglik_and_grad", "Expectation"]
+__all__ = ["gradient_draws", "exact_linear_gradient", "compare_estimators", "expected_loglik_and_grad", "Expectation"]
 
 
 def _setup(model, data, options, seed, reparameterized, shift):
     """Mean-field guide at a fixed point away from the optimum; returns (bound, kwargs, guide, params)."""
-    spec = get_model(model)
+    spec = get_model(model) if isinstance(model, str) else model
     dataset = load(data or spec.default_data)
     kwargs = spec.data_kwargs(dataset)
     bound = spec.bind(options)
@@ -60,7 +61,7 @@ def _setup(model, data, options, seed, reparameterized, shift):
     return bound, kwargs, guide, names
 
 
-def gradient_draws(model: str = "blr", estimator: str = "reparam", num: int = 200, seed: int = 0,
+def gradient_draws(model, estimator: str = "reparam", num: int = 200, seed: int = 0,
                    data=None, options=None, shift: float = 0.3) -> np.ndarray:
     """``num`` one-particle draws of the ELBO-loss gradient w.r.t. the mean-field guide's parameters.
 
@@ -83,8 +84,12 @@ def gradient_draws(model: str = "blr", estimator: str = "reparam", num: int = 20
     return torch.stack(draws).double().numpy()
 
 
-def exact_blr_gradient(data=None, noise: float = 0.5, prior_scale: float = 1.0, shift: float = 0.3) -> np.ndarray:
-    r"""The exact gradient of the ELBO loss for ``blr`` with known noise, at the same guide point.
+def exact_linear_gradient(model, data=None, noise: float = 0.5, prior_scale: float = 1.0,
+                          shift: float = 0.3) -> np.ndarray:
+    r"""The exact gradient of the ELBO loss of a Bayesian linear regression with known noise, at the same guide point.
+
+    ``model``: a zoo model (name or spec) that is one: latent sites ``w`` and ``b`` with Normal(0, ``prior_scale``)
+    priors, options ``noise`` and ``prior_scale`` (the zoo's ``blr``); another model is an error.
 
     With :math:`q = \mathcal N(m, \mathrm{diag}(s^2))` over :math:`\theta = (w, b)` and
     :math:`\phi_i = (x_i, 1)`, every term of the ELBO is closed-form:
@@ -97,7 +102,11 @@ def exact_blr_gradient(data=None, noise: float = 0.5, prior_scale: float = 1.0, 
         H[q] = \sum_j \tfrac12 \log 2\pi e s_j^2 .
     """
     options = {"noise": noise, "prior_scale": prior_scale}
-    _, kwargs, _, names = _setup("blr", data, options, 0, True, shift)
+    spec = get_model(model) if isinstance(model, str) else model
+    if spec.sites(options) != ["w", "b"]:
+        raise ValueError(f"the exact gradient is that of a linear regression with latent sites w and b; model "
+                         f"'{spec.name}' has {spec.sites(options)}")
+    _, kwargs, _, names = _setup(spec, data, options, 0, True, shift)
     store = pyro.get_param_store()
     params = {n: store.get_param(n).unconstrained().detach().clone().requires_grad_(True) for n in names}
     X, y = kwargs["X"].double(), kwargs["y"].double()
@@ -123,17 +132,18 @@ def _without_baseline(guide):
     return plain
 
 
-def compare_estimators(num_score: int = 2000, num_reparam: int = 400, seed: int = 0) -> dict:
-    """Both estimators on ``blr`` (known noise) against the exact gradient at the same guide point.
+def compare_estimators(model, num_score: int = 2000, num_reparam: int = 400, seed: int = 0) -> dict:
+    """Both estimators on ``model``, a Bayesian linear regression with known noise (:func:`exact_linear_gradient`),
+    against the exact gradient at the same guide point.
 
     Returns the exact gradient, each estimator's mean, its standard error (sd / sqrt(num)) and
     total variance (sum over parameters of the one-draw variance), and their variance ratio.
     """
     options = {"noise": 0.5, "prior_scale": 1.0}
-    exact = exact_blr_gradient(**options)
+    exact = exact_linear_gradient(model, **options)
     out = {"exact": exact}
     for name, num, s in (("score", num_score, seed), ("reparam", num_reparam, seed + 1)):
-        draws = gradient_draws("blr", name, num, s, options=options)
+        draws = gradient_draws(model, name, num, s, options=options)
         out[f"{name}_mean"] = draws.mean(0)
         out[f"{name}_se"] = draws.std(0, ddof=1) / np.sqrt(num)
         out[f"{name}_variance"] = float(draws.var(0, ddof=1).sum())

@@ -58,7 +58,7 @@ from pyro_bdl.models import networks
 from pyro_bdl.models.adaptive_depth.decisions import RULES
 from pyro_bdl.models.adaptive_depth.networks import depth_prior, guide_network, heads_network
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import ModelSpec, Option, choice, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
 __all__ = ["adaptive_depth_resnet", "depth_guide", "PRIORS", "DEPTHS", "ESTIMATORS"]
 
@@ -155,22 +155,28 @@ register(ModelSpec(
         "threshold": Option(0.9, "confidence at which the threshold rule stops", domain=Domain(float, 0, 1)),
     },
     default_data="digits-01",
-    traits=frozenset({"amortised"}),
-    features="x",
-    target="y",
-    local_latents=("depth",),
-    task="classification",
-    check_data=networks.check_labels,
-    infer_options=networks.num_classes,
-    guides={"depth": lambda model: functools.partial(depth_guide, **model.keywords)},
-    default_guides={"svi-amortised": "depth"},
-    # lr 3e-3: at 1e-3 the mode rule ends a point further below the full-depth net; no early stopping: the held-out
-    # log-likelihood peaks before the accuracy (benchmarks/RESULTS.md, "Adaptive depth"); eager: the relaxed guide
-    # anneals at every step
-    method_defaults={"svi-amortised": {"elbo": "enum", "lr": 3e-3, "validation": 0.0, "jit": False, "epochs": 100}},
     notes="estimator=exact needs elbo=enum (the default); score: elbo=tracegraph; relaxed: elbo=trace.",
-    report=functools.partial(depth_report.report, inputs=depth_report.depth_inputs),
-    evaluate=functools.partial(depth_report.evaluate, inputs=depth_report.depth_inputs),
-    predict=functools.partial(depth_report.predict, inputs=depth_report.depth_inputs),
-    plots=depth_plots.plots,
+    data=DataContract(
+        features="x",
+        target="y",
+        local_latents=("depth",),
+        task=Task.CLASSIFICATION,
+        check=networks.check_labels,
+        infer_options=networks.num_classes,
+    ),
+    inference=InferenceChoices(
+        traits=frozenset({"amortised"}),
+        guides={"depth": lambda model: functools.partial(depth_guide, **model.keywords)},
+        default_guides={"svi-amortised": "depth"},
+        # lr 3e-3: at 1e-3 the mode rule ends a point further below the full-depth net; no early stopping: the held-out
+        # log-likelihood peaks before the accuracy (benchmarks/RESULTS.md, "Adaptive depth"); eager: the relaxed guide
+        # anneals at every step
+        method_defaults={"svi-amortised": {"elbo": "enum", "lr": 3e-3, "validation": 0.0, "jit": False, "epochs": 100}},
+    ),
+    hooks=PostFit(
+        report=functools.partial(depth_report.report, inputs=depth_report.depth_inputs),
+        evaluate=functools.partial(depth_report.evaluate, inputs=depth_report.depth_inputs),
+        predict=functools.partial(depth_report.predict, inputs=depth_report.depth_inputs),
+        plots=depth_plots.plots,
+    ),
 ))

@@ -83,7 +83,7 @@ def plots(result, out: Path, test=None, inputs=depth_inputs, examples: int = 6) 
     if test is not None:
         X, y, what = test.X, test.y.long(), "held-out"
     else:
-        X, y, what = result.data[result.spec.features], result.data[result.spec.target].long(), "training"
+        X, y, what = result.data[result.spec.data.features], result.data[result.spec.data.target].long(), "training"
     options = result.model.keywords
     inp = inputs(result, X)
     post = posterior_depth(inp, y)

@@ -125,7 +125,7 @@ def predict(result, kwargs: dict, inputs) -> pd.DataFrame:
     probabilities), ``post_depth_l`` = p(z = l | x, y = pred) (exact, l = 1..L) and, for a learned pi(z | x),
     ``q_depth_l``."""
     options = _settings(result)
-    inp = inputs(result, kwargs[result.spec.features])
+    inp = inputs(result, kwargs[result.spec.data.features])
     d = decide(options["rule"], inp.logp, inp.pi, options["threshold"], joint=not inp.learned)
     table = pd.DataFrame(d.prob.numpy(), columns=[f"prob_{c}" for c in range(d.prob.shape[-1])])
     table.insert(0, "pred", d.pred.numpy())
@@ -153,7 +153,7 @@ def report(result, inputs) -> dict:
     ``global_depth_posterior`` p(z | all rows) proportional to p(z) prod_i p(y_i | x_i, z) (exact, given the
     learned weights)."""
     options = _settings(result)
-    x, y = result.data[result.spec.features], result.data[result.spec.target].long()
+    x, y = result.data[result.spec.data.features], result.data[result.spec.data.target].long()
     inp = inputs(result, x)
     d = decide(options["rule"], inp.logp, inp.pi, options["threshold"], joint=not inp.learned)
     post = posterior_depth(inp, y)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pyro_bdl.data.task import Task
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.method import Domain
 from pyro_bdl.nn.feature_maps import parse_widths, weights_on_disk
@@ -50,11 +51,11 @@ def feature_map_of(net) -> dict:
     its training data, as ``last-layer`` will if fitted on the same data.
     """
     spec = net.spec
-    if spec is None or "network" not in spec.traits or spec.task != "regression" or not net.point_estimate:
+    if spec is None or "network" not in spec.inference.traits or spec.data.task is not Task.REGRESSION or not net.point_estimate:
         raise ValueError(f"a trained feature map comes from a point-estimate (map or mle) fit of a network "
-                         f"regressor (bnn-regressor); this fit is {net.info.get('model') or 'a user model'} "
+                         f"regressor (bnn-regressor); this fit is {net.record.model} "
                          f"with {net.method}")
-    options = net.info["options"]  # a zoo fit's options, defaults filled in
+    options = net.record.options  # a zoo fit's options, defaults filled in
     layers = [{"weight": net.posterior_mean(f"layer{i}.weight").tolist(),
                "bias": net.posterior_mean(f"layer{i}.bias").tolist()} for i in range(len(parse_widths(options["hidden"])))]
     return {"activation": options["activation"], "layers": layers}

@@ -49,7 +49,7 @@ from pyro_bdl.nn.feature_maps import feature_map, features, split_feature_option
 from pyro_bdl.models.last_layer.feature_training import FEATURE_MAP_OPTIONS
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.guides import PrincipalAxesGuide
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 from pyro_bdl.models.blr import posterior_moments as _blr_posterior_moments
 
@@ -116,20 +116,27 @@ SPEC = register(
             "noise": Option(0.1, "known noise sd sigma, in standardised units",
                             domain=Domain(float, 0, open_low=True, finite=True)),
         },
-        traits=frozenset({"continuous", "low-dimensional"}),
-        # collinear features make the posterior badly conditioned: a dense mass matrix, and svi in the principal
-        # axes of the features for 5000 steps (benchmarks/RESULTS.md, "Last layer")
-        method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}, "svi": {"steps": 5000}},
-        guides={"axes": principal_axes_guide}, default_guides={"svi": "axes"},
-        notes=("Guides: svi's default (--guide axes) is a Gaussian in the principal axes of the features, where "
+        notes="Guides: svi's default (--guide axes) is a Gaussian in the principal axes of the features, where "
                "the exact posterior is independent across coordinates; a full-rank guide in w's coordinates "
                "(--guide mvn) converges far more slowly on collinear features, and svi-meanfield converges to "
                "the mean-field optimum (exact means, sds 1/sqrt(Lambda_jj), narrower than the posterior's). "
-               "Measurements: benchmarks/RESULTS.md, 'Last layer'."),
+               "Measurements: benchmarks/RESULTS.md, 'Last layer'.",
         default_data="sine",
-        check_data=check_has_features,
-        exact_posterior=exact_posterior,
-        task="regression",
-        standardize=True,
+        data=DataContract(
+            check=check_has_features,
+            task=Task.REGRESSION,
+            standardize=True,
+        ),
+        inference=InferenceChoices(
+            traits=frozenset({"continuous", "low-dimensional"}),
+            # collinear features make the posterior badly conditioned: a dense mass matrix, and svi in the principal
+            # axes of the features for 5000 steps (benchmarks/RESULTS.md, "Last layer")
+            method_defaults={"nuts": {"full_mass": True}, "hmc": {"full_mass": True}, "svi": {"steps": 5000}},
+            guides={"axes": principal_axes_guide},
+            default_guides={"svi": "axes"},
+        ),
+        hooks=PostFit(
+            exact_posterior=exact_posterior,
+        ),
     )
 )

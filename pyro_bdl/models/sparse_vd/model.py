@@ -50,9 +50,9 @@ from pyro_bdl.nn.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.guides import SparseVDGuide, init_weights
 from pyro_bdl.nn.log_uniform import LogUniform
-from pyro_bdl.models.networks import BBB_SETTINGS, NOISE_INIT, network_spec
-from pyro_bdl.models.sparse_vd.pruning import image_side, pruning_spec
-from pyro_bdl.registry import ModelSpec, Option, register
+from pyro_bdl.models.networks import BBB_SETTINGS, NOISE_INIT, network_data
+from pyro_bdl.models.sparse_vd.pruning import image_side, pruning_hooks
+from pyro_bdl.registry import InferenceChoices, ModelSpec, Option, register
 
 __all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5"]
 
@@ -131,13 +131,14 @@ _COMMON = {
 
 
 def _spec(classifier: bool) -> dict:
-    """The network machinery's fields (standardised data, checks, minibatches), with this model's prior,
-    guide, start, pruning and reports."""
-    return {**network_spec(classifier=classifier),
-            "traits": frozenset({"continuous", "network", "improper-prior"}),
-            "guides": {"sparse-vd": SparseVDGuide}, "default_guides": {m: "sparse-vd" for m in _SVD_PATH},
-            "method_defaults": _SVD_PATH, "init_loc_fn": init_weights, "method_kwargs": {},
-            **pruning_spec("threshold")}
+    """The network machinery's data contract (standardised data, checks), with this model's prior, guide, start,
+    and its pruning and reports."""
+    return {"data": network_data(classifier=classifier),
+            "inference": InferenceChoices(traits=frozenset({"continuous", "network", "improper-prior"}),
+                                          guides={"sparse-vd": SparseVDGuide},
+                                          default_guides={m: "sparse-vd" for m in _SVD_PATH}, method_defaults=_SVD_PATH,
+                                          init_loc_fn=init_weights),
+            "hooks": pruning_hooks("threshold")}
 
 
 register(ModelSpec(

@@ -9,7 +9,7 @@ into :math:`\log\alpha`, :func:`prune` zeroes the pruned entries of posterior dr
 draws the posterior before pruning,
 :func:`sparsity_report` counts what is kept, and :func:`plot_log_alpha` / :func:`plot_first_layer` draw the
 histogram of :math:`\log\alpha` per layer and the kept weights of the first layer as images.
-:func:`pruning_spec` gives a model these as its spec's ``posterior``, ``report`` and ``plots``.
+:func:`pruning_hooks` gives a model these as its spec's ``posterior``, ``report`` and ``plots``.
 
 Example
 -------
@@ -28,15 +28,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from pyro import poutine
 
 from pyro_bdl.inference.local_reparam import _normal
+from pyro_bdl.registry import PostFit
 from pyro_bdl.nn.log_uniform import log_alpha
 
-__all__ = ["pruning_spec", "PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
+__all__ = ["pruning_hooks", "PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
            "dense_result", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]
 
 
@@ -141,6 +141,8 @@ def image_side(size: int) -> int | None:
 
 def plot_log_alpha(log_alphas: dict, threshold: float, path: Path) -> None:
     """A histogram of log alpha per weight site, the pruning threshold marked."""
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(log_alphas), figsize=(3.2 * len(log_alphas), 3), squeeze=False)
     for ax, (name, la) in zip(axes[0], log_alphas.items()):
         values = la.flatten().clamp(-12, 12).numpy()
@@ -160,6 +162,8 @@ def plot_first_layer(weight: torch.Tensor, path: Path, units: int = 32) -> None:
     """The first layer's kept weights as images (Molchanov et al.'s figure): ``weight`` (out, side * side), zero
     where pruned.  Left: how many weights each input pixel keeps; right: the ``units`` hidden units that keep
     the most, each unit's incoming weights as an image (red positive, blue negative, white pruned)."""
+    import matplotlib.pyplot as plt
+
     side = image_side(weight.shape[-1])
     if side is None:
         raise ValueError(f"the first layer takes {weight.shape[-1]} inputs: not a square image")
@@ -187,8 +191,8 @@ def plot_first_layer(weight: torch.Tensor, path: Path, units: int = 32) -> None:
     plt.close(fig)
 
 
-def pruning_spec(option: str = "threshold") -> dict:
-    """The :class:`~pyro_bdl.registry.ModelSpec` fields of a model pruned by its posterior noise, the threshold
+def pruning_hooks(option: str = "threshold") -> PostFit:
+    """The :class:`~pyro_bdl.registry.PostFit` hooks of a model pruned by its posterior noise, the threshold
     being its option ``option``: ``posterior`` (the draws with log alpha > threshold zeroed, the guide's Normal
     factors kept with the fit's parameters; a point estimate, e.g. MLE's, has none and prunes nothing),
     ``report`` (metrics.json: kept fraction per site, compression, the fit on the training data before and
@@ -200,12 +204,12 @@ def pruning_spec(option: str = "threshold") -> dict:
         return prune(samples, log_alphas(factors), options[option]), factor_params(factors)
 
     def report(result) -> dict:
-        settings, rows = result.info["settings"], result.info.get("rows") or len(next(iter(result.data.values())))
+        settings, rows = result.record.settings, result.record.rows or len(next(iter(result.data.values())))
         epochs = settings.get("steps", 0) * (settings.get("batch_size") or rows) / rows
-        out = {"seconds_per_epoch": result.info["wall_seconds"] / epochs if epochs else None}  # the whole fit's time
+        out = {"seconds_per_epoch": result.record.wall_seconds / epochs if epochs else None}  # the whole fit's time
         la = log_alphas(factors_from_params(result.params))
         if la:
-            threshold = result.info["options"][option]
+            threshold = result.record.options[option]
             out.update(threshold=threshold, **kept_summary(la, threshold))
             out.update({f"train_{k}_dense": v for k, v in training_quality(dense_result(result)).items()})
             out.update({f"train_{k}_pruned": v for k, v in training_quality(result).items()})
@@ -215,7 +219,7 @@ def pruning_spec(option: str = "threshold") -> dict:
         la = log_alphas(factors_from_params(result.params))
         if not la:
             return []
-        plot_log_alpha(la, result.info["options"][option], Path(out_dir) / "log_alpha.png")
+        plot_log_alpha(la, result.record.options[option], Path(out_dir) / "log_alpha.png")
         first = result.posterior_mean(next(iter(la))).float()  # zero where pruned (zero in every draw)
         first = first.reshape(first.shape[0], -1)  # a unit's incoming weights, or a channel's kernel, as an image
         if image_side(first.shape[-1]) is None:
@@ -223,4 +227,4 @@ def pruning_spec(option: str = "threshold") -> dict:
         plot_first_layer(first, Path(out_dir) / "first_layer.png")
         return ["log_alpha.png", "first_layer.png"]
 
-    return {"posterior": posterior, "report": report, "plots": plots}
+    return PostFit(posterior=posterior, report=report, plots=plots)
