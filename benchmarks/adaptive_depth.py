@@ -244,8 +244,8 @@ def table_estimators(train, test, args):
     from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO, config_enumerate
 
     from pyro_bdl.models.adaptive_depth.decisions import decide
-    from pyro_bdl.models.adaptive_depth.report import depth_inputs, posterior_depth
     from pyro_bdl.models.adaptive_depth.model import adaptive_depth_resnet, depth_guide
+    from pyro_bdl.models.adaptive_depth.report import depth_inputs, posterior_depth
 
     base = {"width": args.width, "blocks": args.blocks, "rate": args.rate, "num_classes": int(train.y.max()) + 1}
     fits = {}

@@ -55,14 +55,14 @@ import statistics
 import sys
 import time
 
+import pyro
 import torch
 import torch.nn.functional as F
-
-import pyro
 from pyro import poutine
 from pyro.optim.clipped_adam import ClippedAdam
 
-from pyro_bdl.inference import get_method, compiled_elbo as jit
+from pyro_bdl.inference import compiled_elbo as jit
+from pyro_bdl.inference import get_method
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import FINAL_LR_FRACTION, make_elbo, make_svi
 from pyro_bdl.models.networks import bbb_guide

@@ -1,4 +1,4 @@
-"""Checks the zoo NUTS kernel's ``compile="auto"`` threshold (``nuts_kernel.COMPILE_AFTER_STEPS``, chosen on the
+"""Checks the zoo NUTS kernel's ``compile="auto"`` threshold (``mcmc.sampler.COMPILE_AFTER_STEPS``, chosen on the
 issue-18 workloads of ``speed_mcmc.py``) on a generated family of other models.
 
 Every model of the family (logistic regressions, non-centred hierarchical normal models and small BNN regressions
@@ -17,7 +17,7 @@ own steps.  The last line gives the family's median break-even against the thres
 ``family``, ``heldout``, ``fresh`` (generated with other seeds, sizes and kinds of model, among them a correlated
 regression and the centred eight schools) and ``workloads`` (speed_mcmc's eight schools, 1-50-1 BNN and demo) is run
 once, never compiled, in this process, recording each draw's batched leapfrog steps (counts only: nothing is timed);
-auto's rule (``nuts_kernel._compile_now``) is then replayed on those steps at several thresholds, and each choice
+auto's rule (``mcmc.sampler.compile_now``) is then replayed on those steps at several thresholds, and each choice
 priced with a cost model: a compile's fixed cost F (4, 10, 18, 25 s: a model compiled before, found in inductor's
 on-disk cache; a later compile in a process; a first one; a first on a machine) plus the steps before it at the
 traced cost and the rest at the compiled cost, per kind of model as the three-way runs measured them.  It prints,
@@ -248,28 +248,28 @@ def run(member: Member, mode: str) -> Run:
     """One NUTS run of ``member`` on a fresh potential, mode never / always / auto."""
     import pyro
 
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel, potential
+    from pyro_bdl.inference.mcmc import dynamics, nuts, potential, sampler
     from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 
     potential._CACHE.clear()
-    threshold = nuts_kernel.COMPILE_AFTER_STEPS
+    threshold = sampler.COMPILE_AFTER_STEPS
     if mode == "never":
-        nuts_kernel.COMPILE_AFTER_STEPS = float("inf")
+        sampler.COMPILE_AFTER_STEPS = float("inf")
     pyro.set_rng_seed(0)
     seen, building = [], [0.0]
-    original = potential.FlatPotential._fuse
+    original = dynamics.fuse_with
 
-    def timed(self, *args, **kwargs):
-        if self not in seen:
-            seen.append(self)
+    def timed(flat_potential, *args, **kwargs):
+        if flat_potential not in seen:
+            seen.append(flat_potential)
         begin = time.perf_counter()
         try:
-            return original(self, *args, **kwargs)
+            return original(flat_potential, *args, **kwargs)
         finally:
             building[0] += time.perf_counter() - begin
 
-    potential.FlatPotential._fuse = timed
-    per_draw, transition = [], nuts_kernel._nuts_transition
+    dynamics.fuse_with = timed
+    per_draw, transition = [], nuts.transition
 
     def counted(dyn, *args, **kwargs):
         before = dyn.potential.evaluations
@@ -277,7 +277,7 @@ def run(member: Member, mode: str) -> Run:
         per_draw.append(dyn.potential.evaluations - before)
         return out
 
-    nuts_kernel._nuts_transition = counted
+    nuts.transition = counted
     warmup, samples = member.draws
     try:
         start = time.perf_counter()
@@ -285,31 +285,31 @@ def run(member: Member, mode: str) -> Run:
                      progress=False, max_tree_depth=member.depth, jit=mode == "always")
         seconds = time.perf_counter() - start
     finally:
-        potential.FlatPotential._fuse = original
-        nuts_kernel._nuts_transition = transition
-        nuts_kernel.COMPILE_AFTER_STEPS = threshold
+        dynamics.fuse_with = original
+        nuts.transition = transition
+        sampler.COMPILE_AFTER_STEPS = threshold
     steps = sum(p.evaluations for p in seen)
-    compiled = any(compiled for p in seen for (_, compiled) in p._fused)
+    compiled = any(compiled for p in seen for (_, compiled) in dynamics.fusion_of(p).steps)
     return Run(seconds, steps, compiled, building[0], per_draw)
 
 
 def compile_draw(per_draw: list, warmup: int, depth: int = 10, threshold: float | None = None) -> int | None:
     """The draw before which auto's rule compiles, replayed on a run's per-draw steps (None: it stays traced);
     ``threshold``: in place of ``COMPILE_AFTER_STEPS``."""
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import sampler
 
-    saved = nuts_kernel.COMPILE_AFTER_STEPS
+    saved = sampler.COMPILE_AFTER_STEPS
     if threshold is not None:
-        nuts_kernel.COMPILE_AFTER_STEPS = threshold
+        sampler.COMPILE_AFTER_STEPS = threshold
     try:
         counted, total = {0: 0}, len(per_draw)
         for i in range(total):
             counted[i] = counted.get(i - 1, 0) + (per_draw[i - 1] if i > 0 else 0)
-            if nuts_kernel._compile_now(i, counted, warmup, total, 2 ** depth - 1):
+            if sampler.compile_now(i, counted, warmup, total, 2 ** depth - 1):
                 return i
         return None
     finally:
-        nuts_kernel.COMPILE_AFTER_STEPS = saved
+        sampler.COMPILE_AFTER_STEPS = saved
 
 
 def priced(per_draw: list, at: int | None, kind: str, fixed: float) -> float:
@@ -326,7 +326,7 @@ def replay(args) -> None:
 
     import torch
 
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import sampler
 
     torch.set_num_threads(args.threads)
     if args.load:
@@ -345,7 +345,7 @@ def replay(args) -> None:
         if args.save:
             with open(args.save, "w") as f:
                 json.dump(recorded, f)
-    thresholds = args.thresholds or [nuts_kernel.COMPILE_AFTER_STEPS]
+    thresholds = args.thresholds or [sampler.COMPILE_AFTER_STEPS]
     for threshold in thresholds:
         ratios = {fixed: [] for fixed in COMPILE_COSTS}
         print(f"\n--- threshold {threshold}: auto's compile draw and its modelled seconds over the better of never "
@@ -422,11 +422,11 @@ def main(argv=None):
 
     import torch
 
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import sampler
 
     warmup, samples = default_draws(args.quick)
     modes = ("never", "auto") if args.quick else ("never", "always", "auto")
-    threshold = nuts_kernel.COMPILE_AFTER_STEPS
+    threshold = sampler.COMPILE_AFTER_STEPS
     print(f"torch {torch.__version__}, threads {args.threads}, 2 chains x ({warmup} + {samples}), "
           f"COMPILE_AFTER_STEPS = {threshold}; each run in its own process with its own copy of an inductor cache "
           + ("left empty (a first run on a machine)" if args.cold_machine or args.quick else

@@ -47,10 +47,9 @@ import pyro_bdl
 from pyro_bdl.cli import parse_key_values
 from pyro_bdl.data.embedded import SINE_PROBLEM as SINE
 from pyro_bdl.data.gap import GapProblem, gap_family
-from pyro_bdl.studies.gap import GapCheck
 from pyro_bdl.inference import get_method
 from pyro_bdl.models.bnn import IN_BETWEEN
-from pyro_bdl.studies.gap import gap_report
+from pyro_bdl.studies.gap import GapCheck, gap_report
 
 #: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
 MODEL = "bnn-regressor"

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 import pyro_bdl
-from pyro_bdl.data.table import Dataset
 from pyro_bdl.data.embedded import split_dataset
-from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.data.images import read_idx
+from pyro_bdl.data.table import Dataset
 from pyro_bdl.models.sparse_vd.pruning import dense_result
+from pyro_bdl.posterior.evaluation import evaluate_fit
 
 #: Molchanov et al. (2017), Table 1, LeNet-300-100 on the full MNIST (60k training images): test error (%) and
 #: compression (weights / non-zero weights); also in shared/REFERENCE.md.

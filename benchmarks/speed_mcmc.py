@@ -87,7 +87,9 @@ class _ZooRecorder:
     @property
     def compiled(self):
         """Whether the kernel's steps ran compiled (jit=True, or compile='auto' deciding so)."""
-        return any(compiled for _, _, p, _ in self.seen for (_, compiled) in p._fused)
+        from pyro_bdl.inference.mcmc.dynamics import fusion_of
+
+        return any(compiled for _, _, p, _ in self.seen for (_, compiled) in fusion_of(p).steps)
 
     @property
     def steps(self):
@@ -176,7 +178,7 @@ def workload_blr(args):
     X, y = _blr_data(n, d)
     spec = get_model("blr")
     model, data = spec.bind({"noise": 1.0, "prior_scale": 1.0}), {"X": X, "y": y}
-    exact = spec.exact_posterior(X, y, noise=1.0, prior_scale=1.0)
+    exact = spec.hooks.exact_posterior(X, y, noise=1.0, prior_scale=1.0)
     print(f"\n== blr: d = {d}, n = {n}, known noise, 1 chain, {warmup} + {samples} draws")
     rows = {}
     _CACHE.clear()
@@ -243,6 +245,7 @@ def _floors(model, data, chains=1, reps=200, modes=(False, True)):
     """Seconds of one bare potential+gradient evaluation, traced and compiled: {mode: (seconds, build seconds)}."""
     import torch
 
+    from pyro_bdl.inference.mcmc.dynamics import fuse_with
     from pyro_bdl.inference.mcmc.potential import FlatPotential
 
     floors = {}
@@ -263,7 +266,8 @@ def _floors(model, data, chains=1, reps=200, modes=(False, True)):
               f"{1e3 * floors[potential.mode][0]:.3f} ms")
     if True in modes:  # compiled as the kernel compiles its steps: inductor on the traced graph, no dynamo guards
         start = time.perf_counter()
-        bare = potential.fuse("floor", lambda grad_and_value, z: grad_and_value(z), (theta,), tensors, compile=True)
+        bare = fuse_with(potential, "floor", lambda grad_and_value, z: grad_and_value(z), (theta,), tensors,
+                         compile=True)
         bare(theta)
         build = time.perf_counter() - start
         for _ in range(5):
@@ -282,7 +286,8 @@ def _leaf_against_floor(model, data, reps=100, rounds=5):
     both compiled the same way and timed in alternating rounds (robust to a varying load): ms, ms."""
     import torch
 
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import nuts
+    from pyro_bdl.inference.mcmc.dynamics import fuse_with
     from pyro_bdl.inference.mcmc.potential import FlatPotential
 
     potential = FlatPotential(model, data, compile=False)
@@ -294,9 +299,9 @@ def _leaf_against_floor(model, data, reps=100, rounds=5):
              torch.zeros(depth, 1, potential.dim), torch.zeros(depth, 1, potential.dim),
              torch.zeros(1, dtype=torch.long), torch.zeros(1), no, no, ~no)
     leaf_args = (*state, torch.full((1, 1), 1e-3), torch.ones_like(z), u + 1.0,
-                 *nuts_kernel._checkpoint_masks(depth)[5], torch.full((1,), 0.5))
-    leaf = potential.fuse("leaf", nuts_kernel._nuts_leaf, leaf_args, tensors, compile=True)
-    bare = potential.fuse("bare", lambda grad_and_value, z: grad_and_value(z), (z,), tensors, compile=True)
+                 *nuts.checkpoint_masks(depth)[5], torch.full((1,), 0.5))
+    leaf = fuse_with(potential, "leaf", nuts.leaf, leaf_args, tensors, compile=True)
+    bare = fuse_with(potential, "bare", lambda grad_and_value, z: grad_and_value(z), (z,), tensors, compile=True)
     times = {"leaf": 0.0, "bare": 0.0}
     for fn, args in ((leaf, leaf_args), (bare, (z,))):
         for _ in range(5):

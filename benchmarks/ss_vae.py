@@ -79,8 +79,8 @@ def main(argv=None) -> None:
 
     import pyro_bdl
     from pyro_bdl.data.embedded import split_dataset
-    from pyro_bdl.posterior.amortised import evaluate_classifier, latents
     from pyro_bdl.data.images import mnist_split
+    from pyro_bdl.posterior.amortised import evaluate_classifier, latents
 
     if args.quick or args.digits:
         train, test = split_dataset(pyro_bdl.load("digits-01"), 0.2, seed=args.seed, stratify=True)

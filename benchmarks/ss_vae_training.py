@@ -21,7 +21,6 @@ import warnings
 import pyro
 import torch
 from pyro.infer import SVI, TraceEnum_ELBO
-
 from ss_vae import MNIST, keep_labels
 
 

@@ -1,5 +1,5 @@
-"""How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``nuts_kernel._nuts_leaf``,
-``_merge_subtree`` with the model's potential inlined; each in both its forms: "leaf" with some chains building
+"""How the zoo NUTS kernel's traced steps run: the same fused leaf and merge (``mcmc.nuts.leaf``,
+``mcmc.nuts.merge_subtree`` with the model's potential inlined; each in both its forms: "leaf" with some chains building
 and "leaf, all building" with its mask fixed, "merge" and "merge, all active" likewise; one chain runs only the
 fixed forms) timed four ways in one process, on several models:
 
@@ -17,7 +17,7 @@ rounds of calls, the ways alternating), and the ratios against ``torchscript``; 
 way's outputs differ from ``torchscript``'s on the example.  Last, what building the steps costs: per model,
 seconds to trace the potential (``make_fx`` of ``vmap(grad_and_value(U))`` as before, against
 ``aten_trace.trace_aten`` of ``vmap(U)`` and autograd) and each step with it (``make_fx`` of the step calling the
-potential's graph, as before, against ``potential._traced_with``: the step traced by ``trace_aten`` and the
+potential's graph, as before, against ``compile.fusion.traced_with``: the step traced by ``trace_aten`` and the
 potential's graph spliced in), alternating rounds; and the seconds a new process takes to import ``torch._dynamo``, which ``make_fx`` needs and the traced
 path no longer imports.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
 
@@ -58,20 +58,23 @@ def models(quick: bool) -> dict:
 def _steps(model, data, chains):
     """The fused leaf's and merge's FX graphs and example arguments, captured from a short run (by the step each
     fuse call is for, not by the order of the calls)."""
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
-    from pyro_bdl.inference.mcmc import potential as potential_module
+    from pyro_bdl.inference.compile import fusion as fusion_module
+    from pyro_bdl.inference.mcmc import nuts
+    from pyro_bdl.inference.mcmc.potential import FlatPotential
+    from pyro_bdl.inference.mcmc.sampler import sample
 
-    names = {nuts_kernel._nuts_leaf: "leaf", nuts_kernel._merge_subtree: "merge"}
-    fixed_names = {nuts_kernel._nuts_leaf: "leaf, all building", nuts_kernel._merge_subtree: "merge, all active"}
+    names = {nuts.leaf: "leaf", nuts.merge_subtree: "merge"}
+    fixed_names = {nuts.leaf: "leaf, all building", nuts.merge_subtree: "merge, all active"}
     captured, fusing, calls = {}, [], {}
-    original_script, original_fuse = potential_module.script, potential_module.FlatPotential._fuse
+    original_script, original_fuse = fusion_module.script, fusion_module.fuse
+    potential = FlatPotential(model, data, compile=False)
 
-    def fuse(self, step, example, tensors, compile, fixed):
+    def fuse(step, graph, example, tensors, *, compile, fixed=None, **kwargs):
         fusing.append(fixed_names.get(step) if fixed else names.get(step))
         if step in names:  # both forms of a step share one trace
-            calls.setdefault(names[step], (step, example, tensors, self))
+            calls.setdefault(names[step], (step, example, tensors, potential))
         try:
-            return original_fuse(self, step, example, tensors, compile, fixed)
+            return original_fuse(step, graph, example, tensors, compile=compile, fixed=fixed, **kwargs)
         finally:
             fusing.pop()
 
@@ -80,19 +83,19 @@ def _steps(model, data, chains):
             captured[fusing[-1]] = (copy.deepcopy(gm), example)
         return original_script(gm, example)
 
-    potential_module.script, potential_module.FlatPotential._fuse = capture, fuse
+    fusion_module.script, fusion_module.fuse = capture, fuse
     try:
-        potential = potential_module.FlatPotential(model, data, compile=False)
-        nuts_kernel.sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
+        sample(potential, potential.data_tensors(data), chains=chains, warmup=2, samples=2, compile=False)
     finally:
-        potential_module.script, potential_module.FlatPotential._fuse = original_script, original_fuse
+        fusion_module.script, fusion_module.fuse = original_script, original_fuse
     return dict(sorted(captured.items())), calls  # one chain: no masked leaf
 
 
 def _ways(gm, example) -> dict:
     import torch
 
-    from pyro_bdl.inference.compile import graph_folding, static_runtime as scripted
+    from pyro_bdl.inference.compile import graph_folding
+    from pyro_bdl.inference.compile import static_runtime as scripted
 
     def traced(graph):
         with torch.no_grad(), warnings.catch_warnings():
@@ -117,25 +120,25 @@ def trace_seconds(model: str, calls: dict, rounds: int) -> None:
     """Seconds to trace the potential and each step with it, alternating rounds: the potential through ``make_fx``
     of ``vmap(grad_and_value(U))`` (as before) against ``trace_aten`` of ``vmap(U)`` and autograd
     (``FlatPotential._vmapped``); each step retraced through ``make_fx`` (the step calling the potential's graph)
-    against spliced (``potential._traced_with``)."""
+    against spliced (``compile.fusion.traced_with``)."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from pyro_bdl.inference.compile.aten_trace import trace_aten
-    from pyro_bdl.inference.mcmc.potential import _traced_with
+    from pyro_bdl.inference.compile.fusion import traced_with
 
     _, first_example, data, potential = next(iter(calls.values()))  # every step of a model shares its potential
     theta = first_example[0].clone()  # (the static runtime's outputs are inference tensors)
     vmapped = torch.func.vmap(torch.func.grad_and_value(potential._potential), in_dims=(0,) + (None,) * len(data))
     ways = {"potential": (lambda: make_fx(vmapped)(theta, *data), lambda: trace_aten(potential._vmapped, theta, *data))}
     for name, (step, example, tensors, _) in calls.items():
-        graph, n = potential._graph, len(example)
+        graph, n = potential.graph, len(example)
 
         def retraced(step=step, example=example, tensors=tensors, graph=graph, n=n):
             return make_fx(lambda *args: step(lambda theta: graph(theta, *args[n:]), *args[:n]))(*example, *tensors)
 
         def spliced(step=step, example=example, tensors=tensors, graph=graph):
-            return _traced_with(step, graph, example, tensors)
+            return traced_with(step, graph, example, tensors)
 
         ways[name] = (retraced, spliced)
     for name, (before, now) in ways.items():

@@ -67,9 +67,9 @@ def active_units(fit, test, threshold: float = 0.01) -> int:
 
 def data_sets(args):
     import pyro_bdl
-    from pyro_bdl.data.table import Dataset
     from pyro_bdl.data.embedded import split_dataset
     from pyro_bdl.data.images import mnist_split
+    from pyro_bdl.data.table import Dataset
 
     digits = pyro_bdl.load("digits-01")
     train, test = split_dataset(digits, 0.2, seed=0, stratify=True)

@@ -89,8 +89,8 @@ def main(argv=None) -> None:
 
     import pyro_bdl
     from pyro_bdl.data.embedded import split_dataset
-    from pyro_bdl.posterior.amortised import estimate_rows
     from pyro_bdl.data.images import mnist_split
+    from pyro_bdl.posterior.amortised import estimate_rows
 
     if args.quick:
         train, test = split_dataset(pyro_bdl.load("digits-01"), 0.2, seed=args.seed)

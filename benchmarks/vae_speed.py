@@ -59,8 +59,8 @@ def main(argv=None) -> None:
     import pyro
 
     import pyro_bdl
-    from pyro_bdl.inference.amortised import run_svi_amortised
     from pyro_bdl.data.images import mnist_split
+    from pyro_bdl.inference.amortised import run_svi_amortised
 
     if args.quick:
         X, latent, hidden, what = torch.rand(512, 256), 8, 32, "random 512 x 16x16"

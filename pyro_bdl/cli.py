@@ -10,6 +10,7 @@ already holds a fit unless given ``--force``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -94,9 +95,8 @@ def _cmd_fit(args) -> None:
     from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
     from pyro_bdl.posterior.evaluation import evaluate_fit
     from pyro_bdl.registry import get_model
-    from pyro_bdl.store import write_fit
-
     from pyro_bdl.storage.paths import check_out_dir, remove_stale
+    from pyro_bdl.store import write_fit
 
     spec = get_model(args.model)
     if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
@@ -147,12 +147,11 @@ def _cmd_fit(args) -> None:
 
 
 def _cmd_predict(args) -> None:
+    from pyro_bdl.data.images import is_image_file, load_images
     from pyro_bdl.data.table import load_csv
     from pyro_bdl.storage.files import atomic_write_text
-    from pyro_bdl.store import load_fit
     from pyro_bdl.storage.paths import check_out_file
-
-    from pyro_bdl.data.images import is_image_file, load_images
+    from pyro_bdl.store import load_fit
 
     check_out_file(args.out)
     result = load_fit(args.fit_dir)
@@ -172,10 +171,10 @@ def _cmd_sample(args) -> None:
     for square images a PNG grid of the means."""
     import numpy as np
 
-    from pyro_bdl.storage.files import atomic_write, atomic_write_text
     from pyro_bdl.posterior.amortised import simulate
-    from pyro_bdl.store import load_fit
+    from pyro_bdl.storage.files import atomic_write, atomic_write_text
     from pyro_bdl.storage.paths import check_out_file
+    from pyro_bdl.store import load_fit
 
     check_out_file(args.out)
     suffix = Path(args.out).suffix.lower()
@@ -270,11 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _files_only_backend() -> None:
+    """Figures go to files, never a window: matplotlib's Agg backend, set without importing matplotlib where it is
+    not imported yet (``list`` and ``describe`` need none of it; it loads when a fit writes its plots)."""
+    if "matplotlib" in sys.modules:
+        sys.modules["matplotlib"].use("Agg")
+    else:
+        os.environ["MPLBACKEND"] = "Agg"
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
+    _files_only_backend()
     try:
         args.run(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:

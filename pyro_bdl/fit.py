@@ -12,18 +12,18 @@ import numpy as np
 import pyro
 import torch
 
-from pyro_bdl.data.task import Task
-from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
-from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
+from pyro_bdl.data.checks import check_training_data
 from pyro_bdl.data.embedded import load
-from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
+from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
+from pyro_bdl.data.task import Task
+from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 from pyro_bdl.inference import latent_sites, model_params, observed_sites
 from pyro_bdl.inference.base import RunContext, with_deterministic
 from pyro_bdl.inference.method import DEFAULT_METHOD
+from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
 from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
-from pyro_bdl.data.transforms import StandardizedModel, Standardizer
-from pyro_bdl.data.checks import check_training_data
+from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
 
 __all__ = ["fit"]
 

@@ -13,8 +13,8 @@ import pyro
 import torch
 from torch.distributions import constraints
 
-from pyro_bdl.data.task import Task
 from pyro_bdl.data.table import Dataset, as_model_kwargs
+from pyro_bdl.data.task import Task
 from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
 
 __all__ = ["FitResult", "FitRecord"]

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 from pyro_bdl.posterior.inference_data import samples_from_inference_data
 from pyro_bdl.registry import get_model
 from pyro_bdl.result import FitRecord, FitResult
 from pyro_bdl.storage.paths import FitDirectoryError
-from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 
 __all__ = ["metrics", "write_fit", "load_fit", "PARAMS"]
 

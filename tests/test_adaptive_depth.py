@@ -8,9 +8,8 @@ mode is the brute-force mode of the joint; the multiply-add counts are those of 
 
 from __future__ import annotations
 
-import warnings
-
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -23,10 +22,10 @@ from torch import nn
 import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.data.table import Dataset
-from pyro_bdl.models.adaptive_depth.decisions import decide
-from pyro_bdl.models.adaptive_depth.networks import DepthGuide, ResidualHeads, depth_prior, heads_network, multiply_adds
 from pyro_bdl.inference.amortised import validation_elbo
+from pyro_bdl.models.adaptive_depth.decisions import decide
 from pyro_bdl.models.adaptive_depth.model import adaptive_depth_resnet, depth_guide
+from pyro_bdl.models.adaptive_depth.networks import DepthGuide, ResidualHeads, depth_prior, heads_network, multiply_adds
 from pyro_bdl.store import write_fit
 
 SMALL = {"width": 8, "blocks": 3}

@@ -11,10 +11,9 @@ import copy
 import functools
 import math
 
+import pyro
 import pytest
 import torch
-
-import pyro
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from toy_uci import write_uci
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,17 +9,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyro
 import pytest
 import torch
-
-import pyro
 from pyro.infer import Trace_ELBO
 
 import pyro_bdl
 from pyro_bdl.data.embedded import SINE_GAP, SINE_NOISE, digits_split, sine_curve, sine_grid
 from pyro_bdl.inference.guides import MeanFieldGuide
-from pyro_bdl.store import metrics
 from pyro_bdl.posterior.uncertainty import accuracy, rmse
+from pyro_bdl.store import metrics
 
 
 def test_map_fits_the_sine_curve_in_original_units():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
-import torch
-
 import pyro
 import pyro.distributions as dist
+import pytest
+import torch
 
 import pyro_bdl
 from pyro_bdl.storage.checkpoint import Checkpoint

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pyro_bdl.data.table import DataError, as_model_kwargs, load_csv
 from pyro_bdl.data.embedded import EMBEDDED, load
+from pyro_bdl.data.table import DataError, as_model_kwargs, load_csv
 
 
 @pytest.mark.parametrize("name", list(EMBEDDED))

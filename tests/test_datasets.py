@@ -12,15 +12,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from toy_uci import DATA, SPLITS, write_uci
 
 import pyro_bdl.data.embedded
+from pyro_bdl.data.embedded import DIGITS_OOD_KINDS, EMBEDDED, SINE_GAP, digits_ood, digits_split, load, sine_grid
 from pyro_bdl.data.table import DataError
-from pyro_bdl.data.embedded import EMBEDDED, load
 from pyro_bdl.data.transforms import Standardizer
-from pyro_bdl.data.embedded import DIGITS_OOD_KINDS, SINE_GAP, digits_ood, digits_split, sine_grid
 from pyro_bdl.data.uci import load_uci, uci_splits
-
-from toy_uci import DATA, SPLITS, write_uci
 
 
 def test_module_examples_run():

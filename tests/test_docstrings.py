@@ -24,18 +24,26 @@ DOCUMENTED = [
     "pyro_bdl.models.adaptive_depth.networks", "pyro_bdl.models.adaptive_depth.decisions", "pyro_bdl.models.adaptive_depth.report", "pyro_bdl.models.adaptive_depth.plots",
     "pyro_bdl.posterior.amortised",
     "pyro_bdl.inference.marginal", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
+    "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.studies.gap",
+    "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
     "pyro_bdl.posterior.inference_data", "pyro_bdl.storage.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
     "pyro_bdl.inference.mcmc.methods", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.posterior.plots",
-    "pyro_bdl.posterior.predictive", "pyro_bdl.store", "pyro_bdl.inference.mcmc.potential", "pyro_bdl.inference.mcmc.kernel",
+    "pyro_bdl.posterior.predictive", "pyro_bdl.store", "pyro_bdl.inference.mcmc.potential",
     "pyro_bdl.inference.mcmc.zoo", "pyro_bdl.inference.amortised", "pyro_bdl.inference.compile.graph_folding",
     "pyro_bdl.inference.compile.static_runtime", "pyro_bdl.inference.compile.aten_trace",
+    "pyro_bdl.inference.compile", "pyro_bdl.inference.compile.fastest", "pyro_bdl.inference.compile.fusion",
+    "pyro_bdl.inference.mcmc", "pyro_bdl.inference.mcmc.sampler", "pyro_bdl.inference.mcmc.nuts",
+    "pyro_bdl.inference.mcmc.hmc", "pyro_bdl.inference.mcmc.adaptation", "pyro_bdl.inference.mcmc.dynamics",
+    "pyro_bdl.inference.mcmc.draws",
+    "pyro_bdl.data", "pyro_bdl.storage", "pyro_bdl.nn", "pyro_bdl.posterior", "pyro_bdl.studies",
+    "pyro_bdl.models.adaptive_depth", "pyro_bdl.models.last_layer", "pyro_bdl.models.sparse_vd",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
-FLAGGED = {"pyro_bdl.posterior.evaluation", "pyro_bdl.nn.feature_maps", "pyro_bdl.result"}
+FLAGGED = {"pyro_bdl.posterior.evaluation", "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.result"}
 ALL = sorted({m.name for m in pkgutil.walk_packages(pyro_bdl.__path__, "pyro_bdl.")} | {"pyro_bdl"})
 
 

@@ -17,15 +17,14 @@ import functools
 
 import numpy as np
 import pytest
+from posterior_checks import K, check_means, check_sds, exact_posterior_of
+from problems import PROBLEMS
 from pyro import poutine
 from pyro.distributions import constraints
 
 import pyro_bdl
 from pyro_bdl.inference import METHODS, latent_sites
 from pyro_bdl.registry import get_model, list_models
-
-from posterior_checks import K, check_means, check_sds, exact_posterior_of
-from problems import PROBLEMS
 
 #: The zoo models with an exact posterior.
 MODELS = [spec.name for spec in list_models() if spec.hooks.exact_posterior is not None]

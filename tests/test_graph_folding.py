@@ -26,7 +26,7 @@ def test_folded_potential_of_a_zoo_model_gives_the_same_values_and_gradients_wit
     tensors = potential.data_tensors({"X": X, "y": y})
     theta = torch.randn(2, potential.dim)
     potential.value_and_grad(theta, tensors)
-    graph = potential._graph
+    graph = potential.graph
     folded = fold_constants(copy.deepcopy(graph))
     assert operations(folded) < operations(graph)
     for seed in range(3):  # inputs it was not traced with: data and parameters
@@ -90,8 +90,8 @@ def test_selections_and_logic_with_constant_masks_fold_to_their_operand():
 def test_the_traced_kernel_gives_the_draws_of_its_unfolded_steps(monkeypatch):
     """The zoo NUTS kernel's traced steps, folded, simplified and run by the static runtime, give the draws the
     same steps give as plain TorchScript."""
-    from pyro_bdl.inference.mcmc import potential as potential_module
     from pyro_bdl.inference.compile import static_runtime as scripted
+    from pyro_bdl.inference.mcmc import potential as potential_module
     from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 
     X, y = torch.randn(40, 2), torch.randn(40)
@@ -277,7 +277,7 @@ def test_the_simplified_potentials_of_zoo_and_user_models_give_the_same_values_a
         potential = flat_potential(model, data, chains=3, compile=False)
         tensors = potential.data_tensors(data)
         potential.value_and_grad(torch.randn(3, potential.dim), tensors)
-        graph = potential._graph
+        graph = potential.graph
         simplified = simplify(fold_constants(copy.deepcopy(graph)))
         assert operations(simplified) < operations(graph)
         run = script(copy.deepcopy(graph), (torch.randn(3, potential.dim), *tensors))
@@ -334,29 +334,31 @@ def test_the_nuts_steps_of_varied_models_fuse_and_run_by_the_static_runtime(case
     what it gives."""
     import warnings
 
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
-    from pyro_bdl.inference.mcmc.potential import FlatPotential, PotentialCompileWarning
+    from pyro_bdl.inference.compile.fastest import PotentialCompileWarning
+    from pyro_bdl.inference.mcmc.dynamics import fusion_of
+    from pyro_bdl.inference.mcmc.potential import FlatPotential
+    from pyro_bdl.inference.mcmc.sampler import sample
 
     model, data = FUSED_CASES[case]
     potential = FlatPotential(model, data, compile=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PotentialCompileWarning)
-        nuts_kernel.sample(potential, potential.data_tensors(data), chains=2, warmup=3, samples=3, compile=False)
-    names = {key[0][0] for key in potential._fused}  # a draw's start, a leaf and a merge (all chains in; some)
+        sample(potential, potential.data_tensors(data), chains=2, warmup=3, samples=3, compile=False)
+    names = {key[0][0] for key in fusion_of(potential).steps}  # a draw's start, a leaf and a merge (all chains in; some)
     assert {"nuts-start", "nuts-leaf-every", "nuts-merge-every"} <= names <= {
         "nuts-start", "nuts-leaf-every", "nuts-leaf", "nuts-merge-every", "nuts-merge"}
     if hasattr(torch._C, "_jit_to_static_module"):
-        assert all(isinstance(f, torch._C.StaticModule) for f in potential._fused.values())
+        assert all(isinstance(f, torch._C.StaticModule) for f in fusion_of(potential).steps.values())
 
 
 def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_outputs_and_caches_on_disk(
         tmp_path, monkeypatch):
-    """potential._inductor: an input that is not contiguous, or an output that is not (it could be fed back in),
+    """fusion.inductor: an input that is not contiguous, or an output that is not (it could be fed back in),
     keeps inductor's checks, so a call with other strides fails instead of reading the wrong numbers; the
     compiled graph is found again in inductor's on-disk cache (a tracing context with a shape environment)."""
     from torch._dynamo.utils import counters
 
-    from pyro_bdl.inference.mcmc.potential import _inductor
+    from pyro_bdl.inference.compile.fusion import inductor
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     x, y = torch.randn(3, 4), torch.randn(3, 4)
@@ -365,7 +367,7 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
     def step(x, y):
         return (x * y + 1.0,)
 
-    kept = _inductor(trace_aten(step, transposed, y), (transposed, y), contiguous=False)
+    kept = inductor(trace_aten(step, transposed, y), (transposed, y), contiguous=False)
     assert torch.equal(kept(transposed, y)[0], transposed * y + 1.0)
     with pytest.raises(AssertionError):
         kept(x, y)  # contiguous where it was compiled for transposed strides: refused
@@ -374,12 +376,12 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
         return ((x * y).T,)
 
     graph = trace_aten(transposing, x, y)
-    kept = _inductor(graph, (x, y), contiguous=True)  # a non-contiguous output: checks kept
+    kept = inductor(graph, (x, y), contiguous=True)  # a non-contiguous output: checks kept
     with pytest.raises(AssertionError):
         kept(transposed, y)
 
     hits = counters["inductor"]["fxgraph_cache_hit"]
-    fast = _inductor(trace_aten(step, x, y), (x, y), contiguous=True)
+    fast = inductor(trace_aten(step, x, y), (x, y), contiguous=True)
     assert torch.equal(fast(x, y)[0], x * y + 1.0)
-    _inductor(trace_aten(step, x, y), (x, y), contiguous=True)
+    inductor(trace_aten(step, x, y), (x, y), contiguous=True)
     assert counters["inductor"]["fxgraph_cache_hit"] > hits

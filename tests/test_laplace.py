@@ -11,18 +11,17 @@ import pandas as pd
 import pyro
 import pytest
 import torch
+from problems import PROBLEMS
 
 import pyro_bdl
 from pyro_bdl.data.table import Dataset
 from pyro_bdl.inference.ggn import ggn
 from pyro_bdl.inference.laplace import LINEARISED_AT
-from pyro_bdl.models.bnn import bnn_classifier
-from pyro_bdl.studies.gap import gap_report
-from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.models.blr import posterior_moments
+from pyro_bdl.models.bnn import bnn_classifier
 from pyro_bdl.models.coin import posterior_beta
-
-from problems import PROBLEMS
+from pyro_bdl.store import load_fit, write_fit
+from pyro_bdl.studies.gap import gap_report
 
 
 def test_recovers_the_exact_blr_posterior():

@@ -24,19 +24,19 @@ import pandas as pd
 import pyro
 import pytest
 import torch
+from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
+from problems import last_layer_problem
 from pyro.infer import NUTS
 
 import pyro_bdl
 import pyro_bdl.store
 from pyro_bdl.cli import main
 from pyro_bdl.data.table import Dataset
+from pyro_bdl.inference.guides import PrincipalAxesGuide
+from pyro_bdl.models.last_layer import feature_training as ft
+from pyro_bdl.models.last_layer import model as ll
 from pyro_bdl.nn import feature_maps as fm
 from pyro_bdl.studies import gradient_variance as gradients
-from pyro_bdl.inference.guides import PrincipalAxesGuide
-from pyro_bdl.models.last_layer import model as ll
-
-from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
-from problems import last_layer_problem
 
 #: Optimiser allowance of SVI with the mvn guide at SVI_RUN (see the module docstring).
 SVI_RUN = {"steps": 3000, "lr": 0.05, "samples": 2000}
@@ -85,7 +85,7 @@ def _gaussian_kl(m0, C0, m1, C1) -> float:
 @pytest.fixture(scope="module")
 def trained_map():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 2000 steps: the map is good enough to make the features collinear
-        return fm.train_feature_map("sine", hidden=(50,), steps=2000)
+        return ft.train_feature_map("sine", hidden=(50,), steps=2000)
 
 
 @pytest.mark.parametrize("features", ["random", "trained"])
@@ -294,7 +294,7 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     NetCDF attributes only a pointer, and the loaded fit predicts the same."""
     ds = problem()
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
-        phi = fm.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
+        phi = ft.train_feature_map(ds, hidden=(4,), activation="tanh", steps=300)
     assert json.loads(json.dumps(phi)) == phi  # JSON-able, for a file the command line reads
     result = pyro_bdl.fit("last-layer", ds, inference="importance", options={"feature_weights": phi, "noise": 0.5},
                           progress=False, samples=500)
@@ -360,7 +360,7 @@ def test_feature_map_from_a_fitted_network_directory(tmp_path):
                  "--option", "noise=0.5", "--out", str(out), *data]) == 0
     saved = torch.load(out / "params.pt", weights_only=True)
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
-        want = fm.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
+        want = ft.train_feature_map(pyro_bdl.load(str(tmp_path / "train.csv"), target="y"), hidden=(4,), steps=300)
     assert json.loads((out / "metrics.json").read_text())["options"]["feature_weights"]["activation"] == "tanh"
     assert sorted(saved) == ["phi.0.bias", "phi.0.weight"]
     np.testing.assert_allclose(saved["phi.0.weight"], want["layers"][0]["weight"], rtol=1e-5, atol=1e-6)

@@ -214,3 +214,19 @@ def test_compile_knows_no_pyro():
                 if top == "pyro" or (top == "pyro_bdl" and target != inside and not target.startswith(inside + ".")):
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} imports {target}")
     assert found == []
+
+
+def test_the_package_and_the_listing_load_no_plotting_arviz_or_sampler_machinery():
+    """``import pyro_bdl`` and ``pyro-bdl list`` leave ArviZ, matplotlib, scipy.stats and the sampler's machinery
+    unimported (they cost seconds; a fit that needs them imports them)."""
+    import subprocess
+    import sys
+
+    heavy = ["arviz", "matplotlib", "scipy.stats", "xarray", "pyro_bdl.inference.compile.aten_trace",
+             "pyro_bdl.inference.mcmc.sampler"]
+    code = ("import sys, io, contextlib, pyro_bdl, pyro_bdl.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    pyro_bdl.cli.main(['list'])\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

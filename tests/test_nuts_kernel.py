@@ -1,4 +1,5 @@
-"""The zoo's NUTS / HMC kernel (pyro_bdl.inference.mcmc.kernel) and flat potential (potential.py).
+"""The zoo's NUTS / HMC sampler (pyro_bdl.inference.mcmc: sampler, nuts, hmc, adaptation, dynamics) and flat potential
+(potential.py).
 
 Statistical checks use Monte Carlo error, never tuned numbers: a mean estimated from draws of
 effective sample size ESS (ArviZ's bulk ESS, measured) has standard error sd / sqrt(ESS); checks allow
@@ -14,19 +15,19 @@ import warnings
 
 import arviz as az
 import numpy as np
-import pytest
-import torch
-
 import pyro
 import pyro.distributions as dist
+import pytest
+import torch
+from problems import PROBLEMS
 
-from pyro_bdl.inference.mcmc import kernel as nuts_kernel
-from pyro_bdl.inference.mcmc.kernel import sample
+from pyro_bdl.inference.mcmc import dynamics
+from pyro_bdl.inference.mcmc import sampler as sampler_module
+from pyro_bdl.inference.mcmc.dynamics import fuse_with, fusion_of
 from pyro_bdl.inference.mcmc.potential import FlatPotential, PotentialCompileWarning, flat_potential
+from pyro_bdl.inference.mcmc.sampler import sample
 from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc
 from pyro_bdl.registry import get_model
-
-from problems import PROBLEMS
 
 K = 4.5
 
@@ -67,7 +68,7 @@ def _zoo_problem(name):
     data, options = PROBLEMS[name]()
     spec = get_model(name)
     kwargs = spec.data_kwargs(data)
-    return spec.bind(options), kwargs, spec.exact_posterior(**kwargs, **options)
+    return spec.bind(options), kwargs, spec.hooks.exact_posterior(**kwargs, **options)
 
 
 @pytest.mark.parametrize("name", ["blr", "coin"])
@@ -98,7 +99,7 @@ def test_same_seed_same_draws_and_stats_in_the_draws_form():
 def test_the_fused_steps_give_the_draws_of_the_same_steps_run_op_by_op(monkeypatch, kernel):
     model, data, _ = _zoo_problem("blr")
     fused = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
-    monkeypatch.setattr(nuts_kernel._Dynamics, "fused", lambda self, name, step, example, evaluates=True,
+    monkeypatch.setattr(dynamics.Dynamics, "fused", lambda self, name, step, example, evaluates=True,
                         compile=None, fixed=None: functools.partial(step, self._grad_and_value))
     op_by_op = _run(model, data, warmup=60, samples=40, seed=3, kernel=kernel)[1]
     assert torch.allclose(fused.theta, op_by_op.theta, atol=1e-4)
@@ -109,17 +110,17 @@ def test_steps_with_every_chain_building_run_unmasked_in_fewer_operations_and_gi
     """While every chain builds, the traced kernel runs its leaf with ``building`` fixed (its masks folded away),
     and while every chain is active its merge with ``active`` fixed, each traced once for both forms; with some
     chains stopped, the masked forms.  The draws equal those of the masked forms alone, bit for bit."""
-    from pyro_bdl.inference.mcmc import potential as potential_module
+    from pyro_bdl.inference.compile import fusion as fusion_module
     from pyro_bdl.inference.compile.graph_folding import operations
 
     model, data, _ = _zoo_problem("blr")
     fusing, counted = [], {}
-    script, fuse = potential_module.script, potential_module.FlatPotential._fuse
+    script, fuse = fusion_module.script, fusion_module.fuse
 
-    def fusing_step(self, step, example, tensors, compile, fixed):
+    def fusing_step(step, graph, example, tensors, *, compile, fixed=None, **kwargs):
         fusing.append((step.__name__, bool(fixed)))
         try:
-            return fuse(self, step, example, tensors, compile, fixed)
+            return fuse(step, graph, example, tensors, compile=compile, fixed=fixed, **kwargs)
         finally:
             fusing.pop()
 
@@ -129,15 +130,16 @@ def test_steps_with_every_chain_building_run_unmasked_in_fewer_operations_and_gi
             counted[fusing[-1]] = operations(gm)
         return runner
 
-    monkeypatch.setattr(potential_module.FlatPotential, "_fuse", fusing_step)
-    monkeypatch.setattr(potential_module, "script", counting)
+    monkeypatch.setattr(fusion_module, "fuse", fusing_step)
+    monkeypatch.setattr(fusion_module, "script", counting)
     potential = FlatPotential(model, data, compile=False)
     both = _run(model, data, chains=3, warmup=60, samples=40, seed=3, potential=potential)[1]
-    for step in ("_nuts_leaf", "_merge_subtree"):  # both forms ran, the fixed one smaller
+    for step in ("leaf", "merge_subtree"):  # both forms ran, the fixed one smaller
         assert counted[step, True] < counted[step, False]
-    assert len(potential._fused) == 5 and len(potential._traces) == 3  # start, leaf and merge (two forms, one trace)
-    monkeypatch.setattr(potential_module.FlatPotential, "_fuse", lambda self, step, example, tensors, compile,
-                        fixed: fuse(self, step, example, tensors, compile, {}))  # the masked leaf throughout
+    fusion = fusion_of(potential)  # start, leaf and merge (two forms, one trace)
+    assert len(fusion.steps) == 5 and len(fusion.traces) == 3
+    monkeypatch.setattr(fusion_module, "fuse", lambda step, graph, example, tensors, *, compile, fixed=None, **kwargs:
+                        fuse(step, graph, example, tensors, compile=compile, fixed={}, **kwargs))  # masked throughout
     masked = _run(model, data, chains=3, warmup=60, samples=40, seed=3)[1]
     assert torch.equal(both.theta, masked.theta)
     for key, value in both.stats.items():
@@ -147,10 +149,10 @@ def test_steps_with_every_chain_building_run_unmasked_in_fewer_operations_and_gi
 @pytest.mark.slow
 def test_compiled_mid_run_by_auto_recovers_the_exact_posterior_with_the_same_draws_twice(monkeypatch):
     model, data, exact = _zoo_problem("blr")
-    monkeypatch.setattr(nuts_kernel, "COMPILE_AFTER_STEPS", 0)  # auto compiles at its decision point
+    monkeypatch.setattr(sampler_module, "COMPILE_AFTER_STEPS", 0)  # auto compiles at its decision point
     potential = FlatPotential(model, data, compile=False)
     draws, a = _run(model, data, potential=potential, compile="auto")
-    assert {key[1] for key in potential._fused} == {False, True}  # both forms ran
+    assert {key[1] for key in fusion_of(potential).steps} == {False, True}  # both forms ran
     _, b = _run(model, data, potential=potential, compile="auto")
     assert torch.equal(a.theta, b.theta)
     _check_exact(draws, exact)
@@ -161,13 +163,13 @@ def _compile_draw(per_draw, warmup, cap=1023):
     counted = {0: 0}
     for i in range(len(per_draw)):
         counted[i] = counted[i - 1] + per_draw[i - 1] if i else 0
-        if nuts_kernel._compile_now(i, counted, warmup, len(per_draw), cap):
+        if sampler_module.compile_now(i, counted, warmup, len(per_draw), cap):
             return i
     return None
 
 
 def test_auto_compiles_deep_trees_at_once_and_waits_for_the_mass_matrix_on_shrinking_ones():
-    threshold = nuts_kernel.COMPILE_AFTER_STEPS
+    threshold = sampler_module.COMPILE_AFTER_STEPS
     # a BNN's trees: at the depth cap after a few draws; projected at once, as soon as 10 draws show it
     saturated = [20] * 10 + [255] * (2 * threshold // 255)
     assert _compile_draw(saturated, 100, cap=255) == 15
@@ -414,7 +416,7 @@ def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
     data, options = PROBLEMS["blr"]()
     zoo = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
     again = pyro_bdl.fit("blr", data, inference="nuts", options=options, progress=False, samples=30, warmup=30, seed=0)
-    assert zoo.info["settings"]["kernel"] == "zoo" and torch.equal(zoo.samples["w"], again.samples["w"])
+    assert zoo.record.settings["kernel"] == "zoo" and torch.equal(zoo.samples["w"], again.samples["w"])
     assert sorted(zoo.sample_stats) == ["diverging", "lp", "n_steps", "step_size", "tree_depth"]
     ref = pyro_bdl.fit("blr", data, inference="hmc", options=options, progress=False, samples=10, warmup=10,
                        chains=1, kernel="pyro")
@@ -427,13 +429,13 @@ def test_the_methods_run_the_zoo_kernel_by_default_and_pyro_s_on_request():
 def test_dense_mass_factor_of_an_ill_conditioned_estimate():
     """The momentum factor F (F F^T = M = inverse_mass^-1) of a float32 covariance estimate with condition number
     1e7, where inverting then factorising in float32 fails (a last-layer posterior on collinear features)."""
-    from pyro_bdl.inference.mcmc.kernel import _Dynamics
+    from pyro_bdl.inference.mcmc.dynamics import Dynamics
 
     gen = torch.Generator().manual_seed(0)
     q, _ = torch.linalg.qr(torch.randn(20, 20, generator=gen, dtype=torch.float64))
     cov = q @ torch.diag(torch.logspace(-5, 2, 20, dtype=torch.float64)) @ q.T
     inverse_mass = cov.float().unsqueeze(0)
-    dyn = _Dynamics.__new__(_Dynamics)
+    dyn = Dynamics.__new__(Dynamics)
     dyn.set_mass(inverse_mass)
     F = dyn._chol_mass.double()[0]
     # the exact factor of the float32 estimate's inverse, in float64: F is it, rounded to float32
@@ -476,8 +478,8 @@ def test_a_step_traced_with_the_potential_spliced_in_computes_what_it_does_calli
     the step with the potential called, and the same values on points and data it was not traced with."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from pyro_bdl.inference.compile.fusion import traced_with
     from pyro_bdl.inference.compile.graph_folding import operations
-    from pyro_bdl.inference.mcmc.potential import _traced_with
 
     data = _constrained_data()
     potential = FlatPotential(constrained_model, data, compile=False)
@@ -485,12 +487,12 @@ def test_a_step_traced_with_the_potential_spliced_in_computes_what_it_does_calli
     g = torch.Generator().manual_seed(0)
     z, r = torch.randn(3, potential.dim, generator=g), torch.randn(3, potential.dim, generator=g)
     potential.value_and_grad(z, tensors)
-    graph = potential._graph
+    graph = potential.graph
 
     def called(*args):
         return step(lambda theta: graph(theta, *args[2:]), *args[:2])
 
-    spliced = _traced_with(step, graph, (z, r), tensors)
+    spliced = traced_with(step, graph, (z, r), tensors)
     retraced = make_fx(called)(z, r, *tensors)
     retraced.graph.eliminate_dead_code()  # as the splice does: the chained step leaves its second gradient unread
     assert operations(spliced) == operations(retraced)
@@ -520,7 +522,7 @@ def test_a_compiled_step_reads_data_given_later_as_a_non_contiguous_view_as_its_
     def step(grad_and_value, z):
         return grad_and_value(z)
 
-    first = potential.fuse("bare", step, (z,), potential.data_tensors(data), compile=True)
-    later = potential.fuse("bare", step, (z,), potential.data_tensors({**data, "X": strided}), compile=True)
+    first = fuse_with(potential, "bare", step, (z,), potential.data_tensors(data), compile=True)
+    later = fuse_with(potential, "bare", step, (z,), potential.data_tensors({**data, "X": strided}), compile=True)
     for got, want in zip(later(z), first(z)):
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)

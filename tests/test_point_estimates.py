@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from problems import PROBLEMS
 
 import pyro_bdl
 from pyro_bdl.models.blr import least_squares, posterior_moments
-
-from problems import PROBLEMS
 
 ATOL = 1e-3
 

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from importlib import metadata
 
-import pytest
-import torch
-
 import pyro
 import pyro.distributions as dist
 import pyro.infer.inspect
 import pyro.ops.jit
+import pytest
+import torch
+from packaging.requirements import Requirement
 from pyro.infer import HMC, MCMC, NUTS, SVI, RandomWalkKernel, Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.optim import PyroOptim
 from pyro.poutine.messenger import Messenger
-from packaging.requirements import Requirement
 
 from pyro_bdl.inference import pyro_internals
 from pyro_bdl.inference import svi as zoo_svi

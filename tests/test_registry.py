@@ -126,3 +126,31 @@ def test_learned_parameters_are_saved_with_the_fit_and_restored(tmp_path):
         assert back.predict(X[:5])["mean"].to_numpy() == pytest.approx(before, abs=1e-5)
     finally:
         _REGISTRY.pop("test-offset", None)
+
+
+@pytest.mark.parametrize("choices, message", [
+    ({"method_defaults": {"svi-meanfeld": {"steps": 10}}}, "method_defaults for 'svi-meanfeld', which is not an inference"),
+    ({"method_defaults": {"svi": {"stepz": 10}}}, r"method_defaults\['svi'\]: unknown setting 'stepz'"),
+    ({"method_defaults": {"svi": {"lr": -1}}}, r"method_defaults\['svi'\]: setting 'lr' of inference 'svi' must be"),
+    ({"method_kwargs": {"mc-dropout": {}}}, "method_kwargs for 'mc-dropout', a method that does not suit it"),
+    ({"default_guides": {"nuts": "normal"}}, "a default guide for 'nuts', which takes no guide"),
+])
+def test_method_keyed_choices_are_checked_when_a_model_registers(choices, message):
+    """A misspelt method or setting in a model's choices is an error at registration (it was silently ignored)."""
+    from pyro_bdl.registry import _REGISTRY, InferenceChoices, ModelSpec, register
+
+    spec = ModelSpec("registry-check", lambda X, y=None: None, "", {}, "linear",
+                     inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"}), **choices))
+    with pytest.raises(ValueError, match=message):
+        register(spec)
+    assert "registry-check" not in _REGISTRY
+
+
+def test_every_zoo_model_declares_a_task_and_a_default_method():
+    from pyro_bdl.data.task import Task
+
+    for spec in list_models():
+        assert isinstance(spec.data.task, Task), spec.name
+        assert spec.default_method in spec.methods
+    assert pyro_bdl.get_model("blr").default_method == "nuts"
+    assert pyro_bdl.get_model("vae").default_method == "svi-amortised"

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
-from pyro_bdl.inference.mcmc import methods as mcmc_module
 from pyro_bdl.inference import svi as svi_module
+from pyro_bdl.inference.mcmc import methods as mcmc_module
 from pyro_bdl.inference.mcmc import zoo as zoo_mcmc
+from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short runs: exactness only
 
@@ -139,9 +139,9 @@ def test_rng_state_round_trips_every_stream():
 
 def _interrupt_zoo_transition_at(monkeypatch, n: int, error):
     """Raise ``error`` in the zoo sampler's n-th transition (warm-up and sampling counted together)."""
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import nuts
 
-    real, count = nuts_kernel._nuts_transition, {"n": 0}
+    real, count = nuts.transition, {"n": 0}
 
     def transition_then_stop(*args, **kwargs):
         count["n"] += 1
@@ -149,14 +149,14 @@ def _interrupt_zoo_transition_at(monkeypatch, n: int, error):
             raise error()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(nuts_kernel, "_nuts_transition", transition_then_stop)
+    monkeypatch.setattr(nuts, "transition", transition_then_stop)
 
 
 @pytest.mark.parametrize("stop", [12, 37])  # in the warm-up (mass and step-size adaptation), in the sampling
 def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch, tmp_path):
     """Ctrl-C inside the batch saves the sampler's state; the rerun goes on from that draw (not from the
     batch's start) and ends with the uninterrupted run's draws and statistics."""
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import nuts
 
     kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
     reference = pyro_bdl.fit("blr", "linear", **kw)
@@ -166,14 +166,14 @@ def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch,
         with pytest.raises(KeyboardInterrupt):
             pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw)
     assert torch.load(ck, weights_only=True)["state"]["batch"]["iteration"] == stop - 1
-    real, seen = nuts_kernel._nuts_transition, {"n": 0}
+    real, seen = nuts.transition, {"n": 0}
 
     def counting(*args, **kwargs):
         seen["n"] += 1
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(nuts_kernel, "_nuts_transition", counting)
+        m.setattr(nuts, "transition", counting)
         resumed = pyro_bdl.fit("blr", "linear", checkpoint=ck, **kw)
     assert seen["n"] == 50 - (stop - 1)  # only the draws not yet made
     _same(reference, resumed)
@@ -182,11 +182,11 @@ def test_zoo_kernel_ctrl_c_mid_batch_resumes_where_it_stopped(stop, monkeypatch,
 
 
 def test_zoo_kernel_killed_after_a_periodic_save_resumes_exactly(monkeypatch, tmp_path):
-    from pyro_bdl.inference.mcmc import kernel as nuts_kernel
+    from pyro_bdl.inference.mcmc import sampler
 
     kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 2, "progress": False, "seed": 1}
     reference = pyro_bdl.fit("blr", "linear", **kw)
-    monkeypatch.setattr(nuts_kernel.sample, "__kwdefaults__", {**nuts_kernel.sample.__kwdefaults__, "save_every": 0.0})
+    monkeypatch.setattr(sampler.sample, "__kwdefaults__", {**sampler.sample.__kwdefaults__, "save_every": 0.0})
     ck = tmp_path / "checkpoint.pt"
     with monkeypatch.context() as m:
         _interrupt_zoo_transition_at(m, 41, Killed)  # no save on the way out: the last periodic one

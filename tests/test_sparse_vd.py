@@ -20,9 +20,9 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.data.embedded import digits_split
-from pyro_bdl.posterior.evaluation import evaluate_fit
-from pyro_bdl.nn.log_uniform import K1, neg_kl_approx
 from pyro_bdl.models.sparse_vd.pruning import dense_result, factors_from_params, log_alphas, prune
+from pyro_bdl.nn.log_uniform import K1, neg_kl_approx
+from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.store import load_fit, write_fit
 
 #: The constant of the exact -KL: as alpha -> oo, E log|eps| for eps ~ N(1, alpha) is
@@ -260,11 +260,11 @@ def test_the_elbo_takes_the_registered_kl_not_a_monte_carlo_estimate(compiled):
 
     from pyro import poutine
 
+    from pyro_bdl.inference.guides import SparseVDGuide
     from pyro_bdl.inference.local_reparam import LocalReparam
     from pyro_bdl.inference.svi import make_elbo
-    from pyro_bdl.nn.log_uniform import log_alpha
-    from pyro_bdl.inference.guides import SparseVDGuide
     from pyro_bdl.models.sparse_vd.model import sparse_vd_classifier
+    from pyro_bdl.nn.log_uniform import log_alpha
 
     pyro.clear_param_store()
     X, y = torch.randn(30, 6), torch.randint(0, 3, (30,)).float()

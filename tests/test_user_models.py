@@ -7,11 +7,10 @@ import warnings
 
 import arviz as az
 import numpy as np
-import pytest
-import torch
-
 import pyro
 import pyro.distributions as dist
+import pytest
+import torch
 from pyro.infer.autoguide import AutoNormal
 
 import pyro_bdl

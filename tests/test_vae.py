@@ -21,10 +21,10 @@ from pyro.infer import RenyiELBO, Trace_ELBO
 
 import pyro_bdl
 from pyro_bdl.cli import main
-from pyro_bdl.data.table import DataError, Dataset
-from pyro_bdl.posterior.amortised import estimate_rows, simulate
 from pyro_bdl.data.images import load_images, mnist_split
+from pyro_bdl.data.table import DataError, Dataset
 from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, log_weights
+from pyro_bdl.posterior.amortised import estimate_rows, simulate
 from pyro_bdl.store import PARAMS, write_fit
 
 SPEC = pyro_bdl.get_model("vae")

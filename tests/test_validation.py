@@ -15,8 +15,8 @@ import pytest
 
 import pyro_bdl
 from pyro_bdl.cli import main
-from pyro_bdl.data.table import DataError, load_csv
 from pyro_bdl.data.checks import DataWarning
+from pyro_bdl.data.table import DataError, load_csv
 from pyro_bdl.storage.paths import FitDirectoryError
 
 MAP = ["--inference", "map", "--steps", "30", "--no-progress"]

@@ -29,7 +29,6 @@ torch.Size([50, 1])
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -38,8 +37,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyro_bdl.data.table import DataError, Dataset, from_frame, load_csv
 from pyro_bdl.data.gap import GapProblem, gap_regions, gap_sd_ratio
+from pyro_bdl.data.table import DataError, Dataset, from_frame, load_csv
 
 __all__ = [
     "EMBEDDED",

@@ -40,11 +40,11 @@ import pyro
 import torch
 from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
 
-from pyro_bdl.storage.checkpoint import kept_rng
-from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
 from pyro_bdl.inference.base import Draws
-from pyro_bdl.inference.svi import ADAM_SETTINGS, load_store_values, make_elbo, optimise, store_values
+from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.svi import ADAM_SETTINGS, load_store_values, make_elbo, optimise, store_values
+from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
            "PATIENCE_STEPS", "budget"]

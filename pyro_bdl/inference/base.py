@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 

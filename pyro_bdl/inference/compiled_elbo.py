@@ -28,9 +28,8 @@ from __future__ import annotations
 import warnings
 import weakref
 
-import torch
-
 import pyro
+import torch
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.util import warn_if_nan
 

@@ -29,10 +29,9 @@ approximation :math:`\tfrac{(1-p) l^2}{2}\lVert M\rVert^2` (per data point
 
 from __future__ import annotations
 
-import torch
-
 import pyro
 import pyro.distributions as dist
+import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import init_to_sample

@@ -12,10 +12,10 @@ import pyro
 import torch
 from pyro.infer.autoguide import init_to_sample
 
-from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 from pyro_bdl.inference.base import Draws
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.svi import ADAM_SETTINGS, run_map
+from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 __all__ = ["run_ensemble"]
 

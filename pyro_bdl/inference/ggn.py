@@ -55,11 +55,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pyro.distributions as dist
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
-
-import pyro.distributions as dist
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample

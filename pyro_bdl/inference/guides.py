@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import math
 
-import torch
-import torch.nn.functional as F
-from torch.distributions import biject_to, transforms
-
 import pyro
 import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer import autoguide
-from pyro.poutine.messenger import Messenger
 from pyro.infer.autoguide.initialization import InitMessenger
+from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
-from torch.distributions import constraints
+from torch.distributions import biject_to, constraints, transforms
 
 __all__ = ["MeanFieldGuide", "PrincipalAxesGuide", "SparseVDGuide", "init_weights", "make_guide", "drop_priors", "GUIDES"]
 

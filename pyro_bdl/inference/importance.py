@@ -22,14 +22,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import torch
-
 import pyro.distributions as dist
+import torch
 from pyro import poutine
 from pyro.infer.mcmc.util import initialize_model
 
-from pyro_bdl.inference.base import ConvergenceWarning
-from pyro_bdl.inference.base import Draws, latent_sites, observed_sites
+from pyro_bdl.inference.base import ConvergenceWarning, Draws, latent_sites, observed_sites
 from pyro_bdl.inference.method import Method, register_method
 
 #: Degrees of freedom of the Student-t proposal: heavier tails than the Gaussian it approximates.

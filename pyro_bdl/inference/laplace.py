@@ -43,7 +43,15 @@ from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoLaplaceApproximation, init_to_median
 
 from pyro_bdl.inference.base import Draws, latent_sites
-from pyro_bdl.inference.ggn import LinearisedNetwork, dense_layers, ggn, layer_sites, log_marginal_likelihood, marglik_precision, model_prior
+from pyro_bdl.inference.ggn import (
+    LinearisedNetwork,
+    dense_layers,
+    ggn,
+    layer_sites,
+    log_marginal_likelihood,
+    marglik_precision,
+    model_prior,
+)
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, optimise, run_map
 

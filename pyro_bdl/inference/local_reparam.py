@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import functools
 
+import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
-
-import pyro.distributions as dist
 from pyro.poutine.messenger import Messenger
 
 __all__ = ["LocalReparam"]

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 import pyro
+import torch
 from pyro.optim import PyroOptim
 
 from pyro_bdl.inference import pyro_internals

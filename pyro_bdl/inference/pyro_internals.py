@@ -25,13 +25,12 @@ Example
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import ast
 import hashlib
 import inspect
+import math
 import textwrap
+from dataclasses import dataclass
 
 import pyro
 import pyro.infer.inspect

@@ -31,23 +31,21 @@ import math
 import warnings
 
 import numpy as np
-import torch
-from tqdm import tqdm
-
 import pyro
-from pyro import poutine
 import pyro.infer
+import torch
+from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import torch_item
+from tqdm import tqdm
 
-from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
-from pyro_bdl.inference.base import ConvergenceWarning
-from pyro_bdl.inference.base import Draws, as_flag, latent_sites
-from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
+from pyro_bdl.inference.base import ConvergenceWarning, Draws, as_flag, latent_sites
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
-from pyro_bdl.inference.optim import FastClippedAdam
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.optim import FastClippedAdam
+from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
 
 #: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
 #: final parameters settle instead of jittering at the optimiser's noise floor.

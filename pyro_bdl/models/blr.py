@@ -34,7 +34,7 @@ import torch
 
 from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
-from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, register
 
 __all__ = ["blr", "exact_posterior", "posterior_moments", "least_squares"]
 

@@ -41,9 +41,9 @@ import pyro
 import pyro.distributions as dist
 import torch.nn.functional as F
 
-from pyro_bdl.nn.layers import ACTIVATIONS, PRIORS, forward, hidden_widths, per_example, sample_layers
 from pyro_bdl.inference import Domain
 from pyro_bdl.models.networks import NETWORK_INFERENCE, NOISE_INIT, network_data
+from pyro_bdl.nn.layers import ACTIVATIONS, PRIORS, forward, hidden_widths, per_example, sample_layers
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["bnn_regressor", "bnn_classifier", "IN_BETWEEN"]

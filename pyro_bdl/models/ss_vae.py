@@ -48,11 +48,11 @@ import torch
 import torch.nn.functional as F
 from pyro import poutine
 
-from pyro_bdl.posterior import amortised
 from pyro_bdl.data.table import DataError
-from pyro_bdl.nn.image_networks import classifier, decoder, encoder, registered
 from pyro_bdl.inference import Domain
+from pyro_bdl.nn.image_networks import classifier, decoder, encoder, registered
 from pyro_bdl.nn.layers import hidden_widths
+from pyro_bdl.posterior import amortised
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 __all__ = ["ss_vae", "ss_guide", "class_elbos"]

@@ -57,11 +57,11 @@ from pyro import poutine
 from pyro.poutine.util import is_validation_enabled
 from torch.distributions import constraints
 
-from pyro_bdl.posterior import amortised
 from pyro_bdl.data.table import DataError
-from pyro_bdl.nn.image_networks import ARCHS, decoder, encoder, registered
 from pyro_bdl.inference import Domain
+from pyro_bdl.nn.image_networks import ARCHS, decoder, encoder, registered
 from pyro_bdl.nn.layers import hidden_widths
+from pyro_bdl.posterior import amortised
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
 __all__ = ["vae", "encoder_guide", "LIKELIHOODS"]

@@ -25,7 +25,15 @@ import numpy as np
 import pandas as pd
 
 from pyro_bdl.posterior.uncertainty import (
-    accuracy, auroc, brier, categorical_tlpd, expected_calibration_error, gaussian_tlpd, nll, regression_summary, rmse,
+    accuracy,
+    auroc,
+    brier,
+    categorical_tlpd,
+    expected_calibration_error,
+    gaussian_tlpd,
+    nll,
+    regression_summary,
+    rmse,
 )
 
 __all__ = ["evaluate_fit", "classification_report"]

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
-
 import pyro
 import pyro.distributions as dist
+import torch
 from pyro import poutine
 
 from pyro_bdl.inference.base import deterministic_sites

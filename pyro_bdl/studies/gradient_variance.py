@@ -35,8 +35,8 @@ import torch
 from pyro.infer import Trace_ELBO, TraceGraph_ELBO
 
 from pyro_bdl.data.embedded import load
-from pyro_bdl.nn.feature_maps import features, split_feature_options
 from pyro_bdl.inference.guides import MeanFieldGuide
+from pyro_bdl.nn.feature_maps import features, split_feature_options
 from pyro_bdl.registry import get_model
 
 __all__ = ["gradient_draws", "exact_linear_gradient", "compare_estimators", "expected_loglik_and_grad", "Expectation"]

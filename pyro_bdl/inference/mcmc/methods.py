@@ -15,14 +15,13 @@ import math
 
 import numpy as np
 import torch
-
 from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
 from pyro_bdl.inference import pyro_internals
-from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 from pyro_bdl.inference.base import Draws, as_flag
-from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc, stack_chains
+from pyro_bdl.inference.mcmc.draws import stack_chains
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 
 class _StatsRecorder:
@@ -89,6 +88,8 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     if kernel not in ("zoo", "pyro"):
         raise ValueError(f"setting 'kernel' must be 'zoo' or 'pyro', got {kernel!r}")
     if kernel == "zoo":
+        from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc  # downward, at the first fit: the sampler's machinery
+
         return run_zoo_mcmc(name, model, data, samples=samples, warmup=warmup, chains=chains, progress=progress,
                             target_accept=target_accept, max_tree_depth=max_tree_depth, jit=jit,
                             full_mass=full_mass, checkpoint=checkpoint)

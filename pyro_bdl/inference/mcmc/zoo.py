@@ -2,37 +2,28 @@
 
 :func:`run_zoo_mcmc` builds the model's flat potential once (:func:`~pyro_bdl.inference.mcmc.potential.flat_potential`,
 shared across fits of the same model and data shapes), runs all chains together as one batch
-(:func:`~pyro_bdl.inference.mcmc.kernel.sample`), and returns the same
+(:func:`~pyro_bdl.inference.mcmc.sampler.sample`), and returns the same
 :class:`~pyro_bdl.inference.base.Draws` as Pyro's kernels: draws in constrained space and the
 per-draw ``diverging``, ``step_size``, ``n_steps``, ``tree_depth`` (NUTS), ``lp``.
 
 Checkpoints hold finished chains, as with Pyro's kernels (a rerun with more chains runs the missing ones),
 and the state of the batch being run, saved every minute and on Ctrl-C
-(:data:`~pyro_bdl.inference.mcmc.kernel.SAVE_EVERY_SECONDS`): an interrupted run resumes where it stopped
+(:data:`~pyro_bdl.inference.mcmc.sampler.SAVE_EVERY_SECONDS`): an interrupted run resumes where it stopped
 and draws what the uninterrupted run would have drawn.  The seed of a batch is drawn from torch's global
 generator (``pyro.set_rng_seed``).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 from pyro_bdl.inference.base import Draws, as_flag
-from pyro_bdl.inference.mcmc.kernel import sample
+from pyro_bdl.inference.mcmc.draws import stack_chains
 from pyro_bdl.inference.mcmc.potential import flat_potential
+from pyro_bdl.inference.mcmc.sampler import sample
+from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
-__all__ = ["run_zoo_mcmc", "stack_chains"]
-
-
-def stack_chains(done: list) -> Draws:
-    """Finished chains (``{"samples", "stats", "accept"}`` each) stacked as (chains, draws, ...)."""
-    samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
-    stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
-    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
-            "divergences": int(stats_out["diverging"].sum())}
-    return Draws(samples_out, sample_stats=stats_out, info=info)
+__all__ = ["run_zoo_mcmc"]
 
 
 def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
@@ -40,7 +31,7 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
                  checkpoint=None) -> Draws:
     """Kernel ``name`` ("nuts" or "hmc") on all chains at once; ``jit``: compile the sampler's steps fused
     with the potential from the start (else they run traced, by the static runtime, and are compiled only when
-    the run is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.mcmc.kernel.COMPILE_AFTER_STEPS`).
+    the run is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.mcmc.sampler.COMPILE_AFTER_STEPS`).
     Same arguments as :func:`pyro_bdl.inference.mcmc.methods.run_mcmc`."""
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]

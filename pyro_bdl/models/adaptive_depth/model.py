@@ -53,11 +53,12 @@ import pyro.distributions as dist
 import torch
 from pyro import poutine
 
-from pyro_bdl.models.adaptive_depth import plots as depth_plots, report as depth_report
+from pyro_bdl.inference import Domain
 from pyro_bdl.models import networks
+from pyro_bdl.models.adaptive_depth import plots as depth_plots
+from pyro_bdl.models.adaptive_depth import report as depth_report
 from pyro_bdl.models.adaptive_depth.decisions import RULES
 from pyro_bdl.models.adaptive_depth.networks import depth_prior, guide_network, heads_network
-from pyro_bdl.inference import Domain
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
 __all__ = ["adaptive_depth_resnet", "depth_guide", "PRIORS", "DEPTHS", "ESTIMATORS"]

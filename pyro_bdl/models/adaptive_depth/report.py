@@ -28,7 +28,13 @@ import pyro
 import torch
 
 from pyro_bdl.models.adaptive_depth.decisions import RULES, Decision, decide
-from pyro_bdl.models.adaptive_depth.networks import depth_prior, guide_multiply_adds, guide_network, heads_network, multiply_adds
+from pyro_bdl.models.adaptive_depth.networks import (
+    depth_prior,
+    guide_multiply_adds,
+    guide_network,
+    heads_network,
+    multiply_adds,
+)
 from pyro_bdl.posterior.uncertainty import expected_calibration_error
 
 __all__ = ["DepthInputs", "depth_inputs", "posterior_depth", "decisions", "scores", "predict", "evaluate", "report"]

@@ -45,13 +45,12 @@ import pyro.distributions as dist
 import torch
 
 from pyro_bdl.data.table import check_has_features
-from pyro_bdl.nn.feature_maps import feature_map, features, split_feature_options
-from pyro_bdl.models.last_layer.feature_training import FEATURE_MAP_OPTIONS
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.guides import PrincipalAxesGuide
-from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
-
 from pyro_bdl.models.blr import posterior_moments as _blr_posterior_moments
+from pyro_bdl.models.last_layer.feature_training import FEATURE_MAP_OPTIONS
+from pyro_bdl.nn.feature_maps import feature_map, features, split_feature_options
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
 __all__ = ["last_layer", "exact_posterior", "posterior_moments", "principal_axes_guide"]
 

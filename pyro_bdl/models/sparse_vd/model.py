@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import pyro
 import pyro.distributions as dist
-from torch.distributions import constraints
 import torch.nn.functional as F
+from torch.distributions import constraints
 
-from pyro_bdl.nn.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_example
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.guides import SparseVDGuide, init_weights
-from pyro_bdl.nn.log_uniform import LogUniform
 from pyro_bdl.models.networks import BBB_SETTINGS, NOISE_INIT, network_data
 from pyro_bdl.models.sparse_vd.pruning import image_side, pruning_hooks
+from pyro_bdl.nn.layers import ACTIVATIONS, conv2d, forward, hidden_widths, per_example
+from pyro_bdl.nn.log_uniform import LogUniform
 from pyro_bdl.registry import InferenceChoices, ModelSpec, Option, register
 
 __all__ = ["sparse_vd_classifier", "sparse_vd_regressor", "sparse_vd_lenet5"]

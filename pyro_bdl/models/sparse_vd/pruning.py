@@ -33,8 +33,8 @@ import torch
 from pyro import poutine
 
 from pyro_bdl.inference.local_reparam import _normal
-from pyro_bdl.registry import PostFit
 from pyro_bdl.nn.log_uniform import log_alpha
+from pyro_bdl.registry import PostFit
 
 __all__ = ["pruning_hooks", "PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
            "dense_result", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]

@@ -1,0 +1,97 @@
+r"""The fastest working form of a batched function of tensors, checked against the function itself.
+
+:func:`fastest` traces a function (tensors in, a tensor or a tuple of tensors out) to one graph of ATen operations
+(:func:`~pyro_bdl.inference.compile.aten_trace.trace_aten`, which needs no ``torch._dynamo``: whatever Python the
+function runs, it runs once, at the trace), and runs that graph compiled by ``torch.compile`` (``compile=True``;
+seconds to a minute) or as traced (``compile=False``: by the static runtime,
+:func:`~pyro_bdl.inference.compile.static_runtime.script`, built in well under a second; benchmarks/RESULTS.md).
+Each form is checked against the function's own outputs on the example; where a step fails (a function that reads
+values into Python, say), the next simpler form is used, with one :class:`PotentialCompileWarning` naming the
+failure: the traced graph without compiling, then the function itself.
+
+Example
+-------
+>>> import torch
+>>> def value_and_grad(x):
+...     x = x.detach().requires_grad_()
+...     with torch.enable_grad():
+...         u = (x * x).sum(-1)
+...         g, = torch.autograd.grad(u.sum(), x)
+...     return g, u.detach()
+>>> x = torch.randn(3, 2)
+>>> form = fastest(value_and_grad, (x,), value_and_grad(x), compile=False)
+>>> form.mode, form.graph is not None
+('traced', True)
+>>> g, u = form.run(x)
+>>> bool(torch.allclose(g, 2 * x)), u.shape
+(True, torch.Size([3]))
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.fx as fx
+
+from pyro_bdl.inference.compile.aten_trace import trace_aten
+from pyro_bdl.inference.compile.static_runtime import same_outputs, script
+
+__all__ = ["fastest", "Form", "PotentialCompileWarning", "check_same"]
+
+
+class PotentialCompileWarning(UserWarning):
+    """A function (a model's potential, or a sampler's step fused with it) did not compile or trace; a slower
+    form is used."""
+
+
+@dataclass
+class Form:
+    """What :func:`fastest` found: ``run`` the fastest form that gives the function's outputs, ``graph`` the
+    traced ``torch.fx`` graph (None where tracing failed), ``mode`` how ``run`` runs: 'compiled', 'traced', or the
+    eager form's name."""
+
+    run: Callable
+    graph: fx.GraphModule | None
+    mode: str
+
+
+def check_same(got, want) -> None:
+    """Raises where a form's outputs differ from the reference's (beyond 1e-4, relative and absolute)."""
+    if not same_outputs(got, want, tolerance=1e-4):
+        raise RuntimeError("the traced potential disagrees with the eager one")
+
+
+def fastest(eager, example: tuple, reference, *, compile: bool, mode: str = "eager", what: str = "the function",
+            stacklevel: int = 1) -> Form:
+    """The fastest form of ``eager`` (tensors in, tensors out) that gives ``reference`` (its outputs on
+    ``example``) again on ``example``: compiled (``compile=True``), else traced; see the module docstring.
+    ``mode``: the name of ``eager``'s own form (used where tracing fails); ``what``: the function, in the warning;
+    ``stacklevel``: the frame the warning names, 1 for the caller of this function."""
+    def fallback(mode, reason):
+        warnings.warn(f"{what} runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
+                      stacklevel=stacklevel + 2)
+
+    try:
+        graph = trace_aten(eager, *example)
+        check_same(graph(*example), reference)
+    except Exception as error:  # noqa: BLE001
+        fallback(mode, f"tracing {what} failed ({type(error).__name__}: {error})")
+        return Form(eager, None, mode)
+    if not compile:  # the graph's operations run without Python between them
+        try:
+            scripted = script(copy.deepcopy(graph), example)
+            check_same(scripted(*example), reference)
+            return Form(scripted, graph, "traced")
+        except Exception:  # noqa: BLE001 - the FX graph itself is as correct, a little slower
+            return Form(graph, graph, "traced")
+    try:
+        compiled = torch.compile(graph, dynamic=False)
+        check_same(compiled(*example), reference)
+    except Exception as error:  # noqa: BLE001
+        fallback("traced", f"torch.compile failed ({type(error).__name__}: {str(error)[:300]})")
+        return Form(graph, graph, "traced")
+    return Form(compiled, graph, "compiled")

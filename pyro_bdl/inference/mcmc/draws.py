@@ -1,0 +1,30 @@
+"""The draws of finished chains, stacked as the :class:`~pyro_bdl.inference.base.Draws` every MCMC method returns
+(the zoo's kernel, :mod:`pyro_bdl.inference.mcmc.zoo`, and Pyro's, :mod:`pyro_bdl.inference.mcmc.methods`).
+
+Example
+-------
+>>> import torch
+>>> chain = {"samples": {"w": torch.zeros(5, 2)}, "stats": {"diverging": torch.zeros(5, dtype=torch.bool)},
+...          "accept": 0.8}
+>>> draws = stack_chains([chain, chain])
+>>> draws.samples["w"].shape, draws.info["divergences"]
+(torch.Size([2, 5, 2]), 0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pyro_bdl.inference.base import Draws
+
+__all__ = ["stack_chains"]
+
+
+def stack_chains(done: list) -> Draws:
+    """Finished chains (``{"samples", "stats", "accept"}`` each) stacked as (chains, draws, ...)."""
+    samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
+    stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
+    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
+            "divergences": int(stats_out["diverging"].sum())}
+    return Draws(samples_out, sample_stats=stats_out, info=info)
