@@ -9,7 +9,8 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 # Test workers (pytest-xdist; this machine has 2 cores): every test runs torch on one thread
 # (tests/conftest.py).  JOBS=0 runs in one process.  Not --dist loadgroup: with pytest 9.2 it silently
-# stops grouping (pytest-xdist issue #1386), so an expensive fit two tests need lives in one test.
+# stops grouping (pytest-xdist issue #1386), so an expensive fit two tests need lives in one test.  worksteal: an
+# idle worker takes queued tests from the busy one, so a long test scheduled last does not leave a core idle.
 JOBS   ?= 2
 
 .PHONY: demo test test-slow install clean
@@ -33,10 +34,10 @@ demo: install
 	@echo "  $(BIN)/pyro-bdl predict runs/demo --data YOUR.csv --out predictions.csv"
 
 test: install
-	$(BIN)/pytest -n $(JOBS)
+	$(BIN)/pytest -n $(JOBS) --dist worksteal
 
 test-slow: install
-	$(BIN)/pytest -m slow -n $(JOBS)
+	$(BIN)/pytest -m slow -n $(JOBS) --dist worksteal
 
 clean:
 	rm -rf $(VENV) build runs *.egg-info

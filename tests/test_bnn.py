@@ -218,6 +218,7 @@ def test_scale_mixture_prior_density_and_moments():
     assert torch.isfinite(result.samples["layer0.weight"]).all()
 
 
+@pytest.mark.slow  # a statistical check at the defaults: 20 s
 def test_heteroscedastic_net_learns_noise_that_grows_with_x():
     """y = sin(3x) + (0.05 + 0.3 |x|) eps: the heteroscedastic likelihood's aleatoric sd follows the
     true noise sd at |x| = 0.2 and 0.9 (measured within 10%; a sd estimated from the ~100 points near

@@ -5,7 +5,9 @@ the checks that the defaults are good.  Thresholds are the issue's (gap sd >= 2x
 accuracy >= 95 %, ECE < 0.05; OOD AUROC above the MAP net's).  Measured values (seed 0, this machine)
 are noted next to each assertion so the margins are visible.
 
-Slow (``pytest -m slow``): NUTS on the 1-50-1 network, the gold standard that SVI is compared with.
+Slow (``pytest -m slow``): the checks of the defaults on full-length fits (the ensemble's gap, the digits'
+accuracy, calibration and OOD, the one-hidden-layer bound), and NUTS on the 1-50-1 network, the gold standard that
+SVI is compared with; ``make test`` keeps the point estimates' check.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def sine_fit(inference: str, **settings):
 
 # --------------------------------------------------------------------------- sine: the gap
 
+@pytest.mark.slow  # five members at the defaults: 40-55 s
 def test_ensemble_is_uncertain_in_the_gap():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # at its default steps the members' loss still falls by more than its noise
         result = sine_fit("ensemble")
@@ -49,6 +52,7 @@ def test_point_estimates_are_overconfident_in_the_gap(inference):
     assert report.check.gap_z > 2.0  # measured 7.7 (map), 7.0 (mle); the ensemble's is 0.6
 
 
+@pytest.mark.slow  # 10-15 s a method
 @pytest.mark.parametrize("inference", ["svi", "mc-dropout"])
 def test_one_hidden_layer_mean_field_and_dropout_cannot_raise_the_gap_variance(inference):
     """Foong et al. (2020, Thm 1): for a single-hidden-layer ReLU net under a mean-field Gaussian or an
@@ -92,6 +96,7 @@ def map_auroc(digits):
 
 
 # measured (acc, ECE, AUROC vs noise images): svi .969/.039/.98, mc-dropout .980/.024/.73, ensemble .978/.014/.88
+@pytest.mark.slow  # the defaults on the digits: 15-45 s a method
 @pytest.mark.parametrize("inference", ["svi", "mc-dropout", "ensemble"])
 def test_digits_accuracy_calibration_and_ood(inference, digits, map_auroc):
     train, test, noise = digits

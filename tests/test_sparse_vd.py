@@ -108,6 +108,7 @@ def test_prune_leaves_sites_without_log_alpha_alone():
     assert out["w"][0, 0].tolist() == [0.0, 1.0, 1.0] and torch.equal(out["other"], samples["other"])
 
 
+@pytest.mark.slow  # two digits nets at their defaults: 45-60 s
 def test_digits_ten_times_fewer_weights_within_a_point_of_the_dense_net(digits):
     """On digits (1347 train / 450 test), the 64-300-100-10 net fitted by svi-meanfield with local
     reparameterisation, 3000 steps of minibatches of 128: sparse VD keeps at least 10x fewer weights and its

@@ -130,7 +130,7 @@ def test_minibatch_losses_are_unbiased_for_the_full_data_loss(loss_name):
     """E over minibatches (and draws) of the n / B scaled loss = the full-data loss (same parameters)."""
     x = torch.rand(24, 64)
     model = SPEC.bind({**SMALL, "data_dim": 64})
-    guide = SPEC.guides["encoder"](model)
+    guide = SPEC.inference.guides["encoder"](model)
     loss = Trace_ELBO().loss if loss_name == "trace" else IWAE_ELBO(4).loss
     full = _scaled_losses(loss, model, guide, x, None, 200)
     mini = _scaled_losses(loss, model, guide, x, 6, 800)
@@ -143,7 +143,7 @@ def test_pyros_renyi_elbo_agrees_on_the_whole_data_but_not_on_minibatches():
     factor inside the log-mean-exp with it."""
     x = torch.rand(24, 64)
     model = SPEC.bind({**SMALL, "data_dim": 64})
-    guide = SPEC.guides["encoder"](model)
+    guide = SPEC.inference.guides["encoder"](model)
     ours, renyi = IWAE_ELBO(4), RenyiELBO(alpha=0, num_particles=4, vectorize_particles=True, max_plate_nesting=1)
     full = _scaled_losses(ours.loss, model, guide, x, None, 200)
     whole = _scaled_losses(renyi.loss, model, guide, x, None, 200)
@@ -164,7 +164,7 @@ def test_shapes_of_the_model_guide_and_answers():
     trace = pyro.poutine.trace(model).get_trace(x=x, batch_size=4)
     assert trace.nodes["z"]["value"].shape == (4, 2) and trace.nodes["x"]["value"].shape == (4, 64)
     assert trace.nodes["x"]["scale"] == pytest.approx(10 / 4)
-    w, scale = log_weights(model, SPEC.guides["encoder"](model), {"x": x}, particles=3)
+    w, scale = log_weights(model, SPEC.inference.guides["encoder"](model), {"x": x}, particles=3)
     assert w.shape == (3, 10) and scale == 1.0
     assert model(n=5).shape == (5, 64)
 
@@ -351,7 +351,7 @@ def test_kl_warmup_raises_the_scale_on_z_linearly_over_its_epochs():
 
     from pyro_bdl.inference.amortised import run_svi_amortised
 
-    vae_model, guide_fn = SPEC.model, SPEC.guides["encoder"]
+    vae_model, guide_fn = SPEC.model, SPEC.inference.guides["encoder"]
     seen = []
 
     def model(x, batch_size=None, anneal=1.0):
@@ -382,7 +382,7 @@ def test_the_compiled_loss_reads_the_warmup_factor_it_is_given_at_every_step():
 
     pyro.clear_param_store()
     model = SPEC.bind({**SMALL, "data_dim": 64})
-    guide = SPEC.guides["encoder"](model)
+    guide = SPEC.inference.guides["encoder"](model)
     factor, loss, x = torch.tensor(1.0), CompiledTrace_ELBO(), torch.rand(20, 64)
     loss.differentiable_loss(model, guide, x=x, anneal=factor)  # the first call traces the graph (and draws more)
     values = {}
