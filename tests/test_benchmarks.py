@@ -352,3 +352,12 @@ def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):
     assert "| noisy | misclassified |" in out or "| noisy | correct |" in out
     assert "| score function (tracegraph) |" in out and "relaxed ELBO (T = 0.5)" in out
     assert (tmp_path / "adaptive_depth.png").stat().st_size > 0
+
+
+def test_import_time_times_both_trees_and_names_no_heavy_module(tmp_path):
+    """benchmarks/import_time.py against a reference tree (this one, laid out as installed): a line per version and
+    command, the ratios, and no heavy module loaded by `import pyro_bdl` or `pyro-bdl list`."""
+    out = run_script("benchmarks/import_time.py", "--repeats", "1", "--reference", str(ROOT), cwd=tmp_path)
+    lines = [line for line in out.splitlines() if "median" in line]
+    assert len(lines) == 4 and all(line.endswith("heavy modules loaded: none") for line in lines), out
+    assert out.count("ratio this tree / reference") == 2
