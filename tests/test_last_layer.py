@@ -88,7 +88,7 @@ def trained_map():
         return ft.train_feature_map("sine", hidden=(50,), steps=2000)
 
 
-@pytest.mark.parametrize("features", ["random", "trained"])
+@pytest.mark.parametrize("features", ["random", pytest.param("trained", marks=pytest.mark.slow)])  # trained: 2000 MAP steps first (20-25 s)
 def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(features, request):
     """``svi`` with the model's defaults (the principal-axes guide) on the default data, where a full-rank
     guide in w's own coordinates is far off (see pyro_bdl.inference.guides.PrincipalAxesGuide)."""

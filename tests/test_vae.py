@@ -411,7 +411,7 @@ def test_ss_vae_sums_out_unknown_labels_exactly():
     ss = pyro_bdl.get_model("ss-vae")
     x, y = torch.rand(12, 64), torch.tensor([0, 1, 2] + [-1] * 9)
     model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
-    guide = ss.guides["encoder"](model)
+    guide = ss.inference.guides["encoder"](model)
     enum = torch.tensor([TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, x=x, y=y) for _ in range(100)])
     drawn = torch.tensor([Trace_ELBO().loss(model, guide, x=x, y=y) for _ in range(800)])
     se = math.sqrt(float(enum.var()) / len(enum) + float(drawn.var()) / len(drawn))
@@ -446,7 +446,7 @@ def test_class_elbos_are_the_labelled_bound_of_each_class():
     pyro.clear_param_store()
     options = {"num_classes": 3, "latent_dim": 2, "hidden": (8,), "aux_weight": 1e-12}
     model = ss.bind(options)
-    guide = ss.guides["encoder"](model)
+    guide = ss.inference.guides["encoder"](model)
     x = torch.rand(8, 64)
     exact = class_elbos(x, draws=4000, **options).sum(0)  # (C,): the bound of the 8 rows
     for c in range(3):
@@ -467,7 +467,7 @@ def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():
     pyro.clear_param_store()
     x, y = torch.rand(16, 64), torch.tensor([0, 1, 2, 0, 1, 2] + [-1] * 10)
     model = ss.bind({"num_classes": 3, "latent_dim": 2, "hidden": (8,)})
-    guide = ss.guides["encoder"](model)
+    guide = ss.inference.guides["encoder"](model)
     loss = TraceEnum_ELBO(max_plate_nesting=1).loss
     full = torch.tensor([loss(model, guide, x=x, y=y, batch_size=None) for _ in range(200)])
     mini = torch.tensor([loss(model, guide, x=x, y=y, batch_size=3) for _ in range(1500)])

@@ -177,7 +177,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
                       validation, patience, is_samples, kl_warmup=0, jit=False, **adam) -> Draws:
     if guide is None or isinstance(guide, str) or not callable(guide):
         raise ValueError("inference 'svi-amortised' needs the model's own amortised guide (an encoder): a zoo model "
-                         "with trait 'amortised' names it (ModelSpec.guides), or pass a guide callable")
+                         "with trait 'amortised' names it (ModelSpec.inference.guides), or pass a guide callable")
     loss = make_loss(elbo, particles, jit, plates=plate_nesting(model, guide, data) if elbo == "enum" else None)
     if not 0.0 <= float(validation) < 1.0:
         raise ValueError(f"setting 'validation' is the fraction of rows held out, in [0, 1); got {validation}")

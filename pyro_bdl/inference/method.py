@@ -3,7 +3,7 @@ numeric settings, and :data:`METHODS`, filled by the method modules that :mod:`p
 
 A method module declares its methods with :func:`register_method` at import; each declares what a model must be
 for it to suit it (``requires``: traits such as ``continuous`` or ``network``, matched against each model's
-:attr:`~pyro_bdl.registry.ModelSpec.traits`) and how its settings are typed.  A fit hands the method one
+:attr:`~pyro_bdl.registry.InferenceChoices.traits`) and how its settings are typed.  A fit hands the method one
 :class:`~pyro_bdl.inference.base.RunContext` (model, data, progress, checkpoint, the model's extra arguments) and its
 settings (:meth:`Method.execute`); every runner has the signature
 ``run(model, data, *, progress, **extra, **settings) -> Draws``.
