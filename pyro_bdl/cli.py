@@ -15,6 +15,19 @@ import sys
 import warnings
 from pathlib import Path
 
+from pyro_bdl.data.embedded import EMBEDDED, load, split_dataset
+from pyro_bdl.data.images import is_image_file, load_images
+from pyro_bdl.data.table import load_csv
+from pyro_bdl.fit import fit
+from pyro_bdl.inference import METHODS
+from pyro_bdl.posterior.amortised import image_grid, simulate, square_side
+from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
+from pyro_bdl.posterior.evaluation import evaluate_fit
+from pyro_bdl.registry import get_model, list_models
+from pyro_bdl.storage.files import atomic_write, atomic_write_text
+from pyro_bdl.storage.paths import check_out_dir, check_out_file, remove_stale
+from pyro_bdl.store import load_fit, write_fit
+
 __all__ = ["main", "parse_key_values"]
 
 #: Where ``fit`` keeps its progress inside the output directory until the fit completes.
@@ -22,10 +35,6 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def _cmd_list(args) -> None:
-    from pyro_bdl.data.embedded import EMBEDDED
-    from pyro_bdl.inference import METHODS
-    from pyro_bdl.registry import list_models
-
     print("Models (pyro-bdl describe MODEL for details):")
     for spec in list_models():
         print(f"  {spec.name:<10} {spec.summary}")
@@ -39,9 +48,6 @@ def _cmd_list(args) -> None:
 
 
 def _cmd_describe(args) -> None:
-    from pyro_bdl.inference import METHODS
-    from pyro_bdl.registry import get_model
-
     spec = get_model(args.model)
     print(f"{spec.name}: {spec.summary}\n")
     print(spec.math + "\n")
@@ -90,14 +96,6 @@ def parse_key_values(pairs, flag: str = "--option") -> dict:
 
 
 def _cmd_fit(args) -> None:
-    from pyro_bdl import fit
-    from pyro_bdl.data.embedded import load
-    from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
-    from pyro_bdl.posterior.evaluation import evaluate_fit
-    from pyro_bdl.registry import get_model
-    from pyro_bdl.storage.paths import check_out_dir, remove_stale
-    from pyro_bdl.store import write_fit
-
     spec = get_model(args.model)
     if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
         args.inference = spec.default_method
@@ -112,8 +110,6 @@ def _cmd_fit(args) -> None:
         0.2 if spec.data.standardize or spec.hooks.evaluate is not None else 0.0)
     test = None
     if test_fraction > 0:
-        from pyro_bdl.data.embedded import split_dataset
-
         dataset, test = split_dataset(dataset, test_fraction, seed=args.seed, stratify=spec.data.task.stratified)
     checkpoint = Path(args.out) / CHECKPOINT
     if checkpoint.exists():
@@ -147,12 +143,6 @@ def _cmd_fit(args) -> None:
 
 
 def _cmd_predict(args) -> None:
-    from pyro_bdl.data.images import is_image_file, load_images
-    from pyro_bdl.data.table import load_csv
-    from pyro_bdl.storage.files import atomic_write_text
-    from pyro_bdl.storage.paths import check_out_file
-    from pyro_bdl.store import load_fit
-
     check_out_file(args.out)
     result = load_fit(args.fit_dir)
     features = result.record.feature_names
@@ -171,11 +161,6 @@ def _cmd_sample(args) -> None:
     for square images a PNG grid of the means."""
     import numpy as np
 
-    from pyro_bdl.posterior.amortised import simulate
-    from pyro_bdl.storage.files import atomic_write, atomic_write_text
-    from pyro_bdl.storage.paths import check_out_file
-    from pyro_bdl.store import load_fit
-
     check_out_file(args.out)
     suffix = Path(args.out).suffix.lower()
     if suffix not in SAMPLE_FORMATS:
@@ -192,7 +177,6 @@ def _cmd_sample(args) -> None:
 
         import matplotlib.pyplot as plt
 
-        from pyro_bdl.posterior.amortised import image_grid, square_side
 
         side = square_side(drawn["mean"].shape[-1])
         if side is None:

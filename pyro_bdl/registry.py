@@ -2,12 +2,13 @@
 
 A zoo model is a Pyro program over named data, ``model(**data, **options)``, as NumPyro's and Pyro's
 examples write them: the observed values are arguments that may be None (then the program simulates).
-Its :class:`ModelSpec` declares which argument takes a data table's feature columns (``features``,
-e.g. ``X`` of shape (n, d); None for a model without inputs), which takes the target column
-(``target``, e.g. ``y`` of shape (n,); None for an unsupervised model), the options (with
-defaults), its latent variables that are local to a data point, and what the model is (``traits``),
-from which the inference methods that suit it follow (:attr:`ModelSpec.methods`).  Its math is the
-model module's docstring, and its sample sites are read from a trace.
+Its :class:`ModelSpec` holds its name, program, options (with defaults) and default data, and three parts: a
+:class:`DataContract` (which argument takes a data table's feature columns, ``data.features``, e.g. ``X`` of shape
+(n, d), None for a model without inputs; which takes the target column, ``data.target``, e.g. ``y`` of shape (n,),
+None for an unsupervised model; the :class:`~pyro_bdl.data.task.Task`; its latent variables local to a data point),
+:class:`InferenceChoices` (what the model is, ``inference.traits``, from which the inference methods that suit it
+follow, :attr:`ModelSpec.methods`; its own guides and settings per method) and :class:`PostFit` (what it makes of a
+fit where it has its own answer).  Its math is the model module's docstring, and its sample sites are read from a trace.
 
 Example
 -------
@@ -29,6 +30,8 @@ import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+import pyro
 
 from pyro_bdl.data.embedded import load
 from pyro_bdl.data.task import Task
@@ -80,7 +83,7 @@ class Option:
     #: params.pt, e.g. a feature map's weights): ``value -> JSON-safe`` that the model takes back; None: as is
     on_disk: Callable[[Any], Any] | None = None
     #: passed to the model program (False: an option of what the fit makes of its draws, e.g. a pruning
-    #: threshold read by the spec's ``posterior`` hook, not an argument of the density)
+    #: threshold read by the spec's ``hooks.posterior``, not an argument of the density)
     model_arg: bool = True
 
 
@@ -230,14 +233,15 @@ class ModelSpec:
         return kwargs
 
     def sites(self, options: Mapping[str, Any] | None = None) -> list[str]:
-        """The latent sample sites with these options, read from a trace on the default data."""
+        """The latent sample sites with these options, read from a trace on the default data (in a param store of
+        its own: another model's parameters of the same names, left in the store, do not leak into the trace)."""
         dataset = load(self.default_data)
         resolved = self.resolve_options(options)
         if self.data.infer_options is not None:
             resolved.update({k: v for k, v in self.data.infer_options(dataset).items() if resolved.get(k) is None})
-        return [s for s in latent_sites(functools.partial(self.model, **self.model_args(resolved)),
-                                        self.data_kwargs(dataset))
-                if s not in self.data.local_latents]
+        with pyro.get_param_store().scope():
+            sites = latent_sites(functools.partial(self.model, **self.model_args(resolved)), self.data_kwargs(dataset))
+        return [s for s in sites if s not in self.data.local_latents]
 
     def model_args(self, resolved: Mapping[str, Any]) -> dict:
         """The resolved options the model program takes (those not marked ``model_arg=False``)."""

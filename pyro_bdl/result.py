@@ -15,7 +15,10 @@ from torch.distributions import constraints
 
 from pyro_bdl.data.table import Dataset, as_model_kwargs
 from pyro_bdl.data.task import Task
+from pyro_bdl.inference import METHODS
+from pyro_bdl.posterior.inference_data import to_inference_data
 from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
+from pyro_bdl.posterior.uncertainty import classification_summary
 
 __all__ = ["FitResult", "FitRecord"]
 
@@ -29,9 +32,9 @@ class FitRecord:
     ----------
     model : the zoo model's name, or the user's callable's ``__name__``.
     seed : the random seed (-1: unknown, a fit loaded from files of another version).
-    settings : every setting of the method, defaults filled in.
+    settings : every setting of the method, defaults filled in (a loaded fit: from its ``metrics.json``).
     options : the zoo model's options, defaults filled in and decided by the data (empty for a user's model).
-    wall_seconds : the method's run time (None for a loaded fit).
+    wall_seconds : the method's run time (a loaded fit: as its ``metrics.json`` recorded it, else None).
     data : the data set's name (None: the model was given its arguments, not a table).
     feature_names, target : the table's feature columns (empty for a model without inputs) and target column.
     rows : the table's number of rows.
@@ -57,11 +60,14 @@ class FitRecord:
                    feature_names=list(dataset.feature_names) if has_features else [])
 
     def as_dict(self, method: str) -> dict:
-        """The record as ``metrics.json`` writes it (the data's entries only where the fit had a table)."""
+        """The record as ``metrics.json`` writes it: the table's entries where the fit had a table (a loaded fit:
+        where its files name columns)."""
         out = {"model": self.model, "method": method, "seed": self.seed, "settings": self.settings,
                "options": self.options, "wall_seconds": self.wall_seconds}
         if self.data is not None:
-            out.update(data=self.data, feature_names=self.feature_names, target=self.target, rows=self.rows)
+            out.update(data=self.data, rows=self.rows)
+        if self.data is not None or self.feature_names or self.target is not None:
+            out.update(feature_names=self.feature_names, target=self.target)
         return out
 
 
@@ -89,9 +95,9 @@ class FitResult:
         standardised units the network works in (:attr:`standardized_data` is what it saw).
     params : the model's learned parameters (``pyro.param`` / ``pyro.module`` sites of the model, not
         of the guide), name -> constrained value, what the method's predictive needs besides the draws
-        (``Draws.params``) and what its spec's ``posterior`` keeps (e.g. sparse VD's posterior factors); saved as
+        (``Draws.params``) and what its spec's ``hooks.posterior`` keeps (e.g. sparse VD's posterior factors); saved as
         ``params.pt`` and restored by ``load_fit``.
-    report : what the zoo model reports of the fit (its spec's ``report``), also in ``info``.
+    report : what the zoo model reports of the fit (its spec's ``hooks.report``), also in ``info``.
     """
 
     model: Callable
@@ -129,8 +135,6 @@ class FitResult:
     @property
     def point_estimate(self) -> bool:
         """True for a method that returns one point (MAP, MLE): ``samples`` hold a single draw."""
-        from pyro_bdl.inference import METHODS
-
         method = METHODS.get(self.method)
         return method.point_estimate if method is not None else self.num_draws == 1
 
@@ -138,8 +142,6 @@ class FitResult:
     def predicting_model(self) -> Callable:
         """What the draws predict through: the model, or what the method declares
         (:attr:`~pyro_bdl.inference.Method.predictive_model`, e.g. ``laplace-ggn``'s linearised network)."""
-        from pyro_bdl.inference import METHODS
-
         method = METHODS.get(self.method)
         hook = method.predictive_model if method is not None else None
         return self.model if hook is None else hook(self.model, self.params)
@@ -221,8 +223,6 @@ class FitResult:
 
     def _summarise(self, pred: PredictiveDraws, site: str, prob: float) -> pd.DataFrame:
         if site in pred.probs:  # classification: probabilities and the entropy split
-            from pyro_bdl.posterior.uncertainty import classification_summary
-
             probs = pred.probs[site].reshape((-1,) + pred.probs[site].shape[2:])  # (S, n, C)
             summary = classification_summary(probs)
             table = pd.DataFrame(summary["prob"], columns=[f"prob_{c}" for c in range(probs.shape[-1])])
@@ -234,8 +234,6 @@ class FitResult:
     def to_inference_data(self):
         """ArviZ InferenceData (see :func:`pyro_bdl.posterior.inference_data.to_inference_data`); cached."""
         if "_idata" not in self.__dict__:
-            from pyro_bdl.posterior.inference_data import to_inference_data
-
             self.__dict__["_idata"] = to_inference_data(self)
         return self.__dict__["_idata"]
 

@@ -11,6 +11,7 @@ source (``ast``), so an import hidden in a function counts as much as one at the
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,8 @@ def _strings_outside_docstrings(tree: ast.AST):
 
 #: Strings outside the zoo that are spelt like a model but name something else: (module, string) -> what it is.
 NOT_A_MODEL = {
-    ("data/embedded.py", "coin"): "the embedded data set of 30 tosses (`--data coin`), which any model may take",
+    ("data/embedded.py", "coin"): "the embedded data set of 30 tosses (`--data coin`), which any model may take, and "
+                                  "the word in its description",
     ("inference/laplace.py", "last-layer"): "a value of laplace-ggn's `subset` setting (laplace-torch's "
                                             "subset_of_weights): the network's last layer",
 }
@@ -176,19 +178,21 @@ NOT_A_MODEL = {
 
 def test_engine_names_no_zoo_model():
     """Outside ``pyro_bdl/models/`` no string of the code (docstrings aside; messages and options included) is a
-    zoo model's name: the engine asks a model for what it declares, and a study takes its model as an argument.
+    zoo model's name, alone or as a word of a message: the engine asks a model for what it declares, and a study takes its model as an argument.
     The strings spelt like a model that mean something else are listed, with what they are, in NOT_A_MODEL."""
     import pyro_bdl
 
-    names = {spec.name for spec in pyro_bdl.list_models()}
+    names = sorted((spec.name for spec in pyro_bdl.list_models()), key=len, reverse=True)
+    word = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, names)) + r")(?![\w-])")  # a name within a message too
     found = []
     for path in PACKAGE.rglob("*.py"):
         where = path.relative_to(PACKAGE)
         if "models" in where.parts:
             continue
         for node in _strings_outside_docstrings(ast.parse(path.read_text())):
-            if node.value in names and (where.as_posix(), node.value) not in NOT_A_MODEL:
-                found.append(f"{where}:{node.lineno} {node.value!r}")
+            for name in word.findall(node.value):
+                if (where.as_posix(), name) not in NOT_A_MODEL:
+                    found.append(f"{where}:{node.lineno} {name!r} in {node.value[:80]!r}")
     assert found == []
 
 
@@ -217,8 +221,8 @@ def test_compile_knows_no_pyro():
 
 
 def test_the_package_and_the_listing_load_no_plotting_arviz_or_sampler_machinery():
-    """``import pyro_bdl`` and ``pyro-bdl list`` leave ArviZ, matplotlib, scipy.stats and the sampler's machinery
-    unimported (they cost seconds; a fit that needs them imports them)."""
+    """``import pyro_bdl``, ``pyro-bdl list`` and ``pyro-bdl describe`` leave ArviZ, matplotlib, scipy.stats and the
+    sampler's machinery unimported (they cost seconds; a fit that needs them imports them)."""
     import subprocess
     import sys
 
@@ -227,6 +231,7 @@ def test_the_package_and_the_listing_load_no_plotting_arviz_or_sampler_machinery
     code = ("import sys, io, contextlib, pyro_bdl, pyro_bdl.cli\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    pyro_bdl.cli.main(['list'])\n"
+            "    pyro_bdl.cli.main(['describe', 'bnn-regressor'])\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -21,5 +21,5 @@ def test_installed_arviz_is_in_the_declared_range():
     reqs = [Requirement(r) for r in metadata.requires("pyro-bdl")]
     (arviz_req,) = [r for r in reqs if r.name == "arviz"]
     assert arviz.__version__ in arviz_req.specifier, (arviz.__version__, str(arviz_req.specifier))
-    # ArviZ 1.x restructured its API (arviz_io.py writes 0.2x's InferenceData): the range must exclude it
+    # ArviZ 1.x restructured its API (posterior/inference_data.py writes 0.2x's InferenceData): the range must exclude it
     assert not arviz_req.specifier.contains("1.0.0", prereleases=True), str(arviz_req.specifier)

@@ -154,3 +154,10 @@ def test_every_zoo_model_declares_a_task_and_a_default_method():
         assert spec.default_method in spec.methods
     assert pyro_bdl.get_model("blr").default_method == "nuts"
     assert pyro_bdl.get_model("vae").default_method == "svi-amortised"
+
+
+def test_sites_of_one_model_after_another_with_parameters_of_the_same_names():
+    """``pyro-bdl describe sparse-vd`` then ``describe sparse-vd-lenet5`` in one process: the second trace must not
+    read the first's ``layer0.bias`` (300 units) left in the param store (it raised a shape error)."""
+    assert pyro_bdl.get_model("sparse-vd").sites()[0] == "layer0.weight"
+    assert pyro_bdl.get_model("sparse-vd-lenet5").sites()[:2] == ["conv0.weight", "conv1.weight"]

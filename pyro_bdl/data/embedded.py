@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 
 from pyro_bdl.data.gap import GapProblem, gap_regions, gap_sd_ratio
+from pyro_bdl.data.images import is_image_file, load_images
 from pyro_bdl.data.table import DataError, Dataset, from_frame, load_csv
 
 __all__ = [
@@ -281,7 +282,7 @@ EMBEDDED: dict[str, Embedded] = {
     ),
     "digits-01": Embedded(digits01_frame, "target", "the digits with pixels scaled to [0, 1] (pixel / 16), for the VAE"),
     "digits-01-semi": Embedded(digits01_semi_frame, "target",
-                               "digits-01 with 10 labels per class kept, the others -1 (unknown): for ss-vae"),
+                               "digits-01 with 10 labels per class kept, the others -1 (unknown): for the semi-supervised VAE"),
 }
 
 
@@ -293,8 +294,6 @@ def load(source: str | Path, target: str | None = None) -> Dataset:
         if target is not None and target != emb.target:
             raise DataError(f"embedded data set '{source}' has target '{emb.target}', not '{target}'")
         return from_frame(emb.make(), emb.target, name=source)
-    from pyro_bdl.data.images import is_image_file, load_images
-
     if is_image_file(source):
         return load_images(source)
     if target is None:

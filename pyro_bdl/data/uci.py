@@ -122,7 +122,7 @@ def load_uci(folder: str | Path, split: int = 0) -> tuple[Dataset, Dataset]:
     ``index_target.txt`` (0-based column indices; exactly one target), and
     ``index_train_K.txt`` / ``index_test_K.txt`` (0-based row indices of split K).  Each part has
     X (n, d) float32 with feature names ``x0`` ... ``x{d-1}`` (in index_features order) and
-    y (n,) named ``y``.  Standardise with :class:`Standardizer` fitted on the training part.
+    y (n,) named ``y``.  Standardise with :class:`~pyro_bdl.data.transforms.Standardizer` fitted on the training part.
     """
     folder = Path(folder)
     n_splits = uci_splits(folder)  # also checks the folder exists

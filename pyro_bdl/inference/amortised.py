@@ -196,7 +196,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     if float(kl_warmup) > 0:
         if not _takes_anneal(model):
             raise ValueError("setting 'kl_warmup' needs a model that takes the warm-up factor as an argument 'anneal' "
-                             "(scaling its latents' log p(z) and log q(z | x)), as the zoo's vae does")
+                             "(scaling its latents' log p(z) and log q(z | x)), as the zoo's VAE does")
         schedule = KLWarmup(float(kl_warmup) * steps_per_epoch)
         train = {**train, "anneal": schedule.factor}
     monitor = EarlyStopping(model, guide, _rows(data, valid_index, n) if held else None, steps_per_epoch, rows,

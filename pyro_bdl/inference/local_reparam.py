@@ -46,7 +46,7 @@ __all__ = ["LocalReparam"]
 VAR_FLOOR = 1e-16
 
 
-def _normal(fn):
+def normal_of(fn):
     """``(loc, scale)`` of a (possibly ``to_event``) Normal, else None."""
     while isinstance(fn, dist.Independent):
         fn = fn.base_dist
@@ -60,7 +60,7 @@ class _Record(Messenger):
 
     def _pyro_post_sample(self, msg) -> None:
         if not msg["is_observed"]:
-            normal = _normal(msg["fn"])
+            normal = normal_of(msg["fn"])
             if normal is not None:  # keep the value itself too, so its id cannot be reused while recorded
                 self.owner._q[id(msg["value"])] = (msg["value"], *normal)
 

@@ -41,7 +41,7 @@ __all__ = ["evaluate_fit", "classification_report"]
 
 def evaluate_fit(result, test) -> dict:
     """Metrics of ``result`` on the :class:`~pyro_bdl.data.table.Dataset` ``test`` (which has targets, unless the model
-    evaluates itself: its spec's ``evaluate``)."""
+    evaluates itself: its spec's ``hooks.evaluate``)."""
     if result.spec is not None and result.spec.hooks.evaluate is not None:
         return result.spec.hooks.evaluate(result, test)
     if test.y is None:

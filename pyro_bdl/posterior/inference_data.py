@@ -20,6 +20,8 @@ import json
 
 import numpy as np
 
+from pyro_bdl.posterior.predictive import PredictiveDraws
+
 __all__ = ["to_inference_data", "samples_from_inference_data"]
 
 
@@ -110,7 +112,6 @@ def _observed_only(result):
     import torch
     from pyro import poutine
 
-    from pyro_bdl.posterior.predictive import PredictiveDraws
 
     with torch.no_grad(), result.own_params():
         trace = poutine.trace(result.model).get_trace(**result.data)

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from pyro_bdl.data.task import Task
+from pyro_bdl.posterior.uncertainty import plot_reliability
 
 __all__ = ["plot_loss", "plot_trace", "plot_posterior", "draw_predictive_band", "plot_predictive_band", "write_plots"]
 
@@ -129,7 +130,7 @@ def plot_predictive_band(result, test, path: Path) -> None:
 def write_plots(result, idata, out: Path, test=None) -> list[str]:
     """Write ``loss.png`` (optimisers) or ``trace.png`` (samplers) and ``posterior.png``; with held-out
     data also ``predictive.png`` (1-D regression) or ``reliability.png`` (classification); and the model's
-    own figures (its spec's ``plots``)."""
+    own figures (its spec's ``hooks.plots``)."""
     written = []
     spec = result.spec
     features = spec.data.features if spec is not None else None
@@ -138,8 +139,6 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
         plot_predictive_band(result, test, out / "predictive.png")
         written.append("predictive.png")
     if result.task is Task.CLASSIFICATION and test is not None:
-        from pyro_bdl.posterior.uncertainty import plot_reliability
-
         table = result.predict(test)
         probs = table[[c for c in table.columns if c.startswith("prob_")]].to_numpy()
         ax = plot_reliability(probs, test.y.numpy().astype(int))

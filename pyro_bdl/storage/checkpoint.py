@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pyro_bdl.data.table import DataError
 from pyro_bdl.storage.files import atomic_write
 
 __all__ = ["Checkpoint", "fingerprint", "rng_state", "set_rng_state", "kept_rng"]
@@ -105,8 +106,6 @@ class Checkpoint:
             if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
                 raise ValueError("not a checkpoint of pyro-bdl")
         except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file
-            from pyro_bdl.data.table import DataError
-
             raise DataError(f"{self.path}: not a readable checkpoint ({type(exc).__name__}: {exc}); delete it "
                             "to start the run afresh") from None
         if state.get("fingerprint") != self.fingerprint:

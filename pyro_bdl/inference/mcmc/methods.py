@@ -25,7 +25,7 @@ from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 
 class _StatsRecorder:
-    """MCMC hook: after each post-warmup draw, read the kernel's state (through :mod:`.pyro_internals`)."""
+    """MCMC hook: after each post-warmup draw, read the kernel's state (through :mod:`~pyro_bdl.inference.pyro_internals`)."""
 
     def __init__(self, kernel, name: str):
         self.kernel, self.name = kernel, name

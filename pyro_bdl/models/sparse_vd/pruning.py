@@ -7,9 +7,9 @@ noise, not signal, and are set to zero.  :func:`normal_factors` reads the factor
 are Normal (traced once; the fit keeps them with its parameters, :data:`PREFIX`), :func:`log_alphas` turns them
 into :math:`\log\alpha`, :func:`prune` zeroes the pruned entries of posterior draws, :func:`dense_result`
 draws the posterior before pruning,
-:func:`sparsity_report` counts what is kept, and :func:`plot_log_alpha` / :func:`plot_first_layer` draw the
+:func:`kept_summary` counts what is kept, and :func:`plot_log_alpha` / :func:`plot_first_layer` draw the
 histogram of :math:`\log\alpha` per layer and the kept weights of the first layer as images.
-:func:`pruning_hooks` gives a model these as its spec's ``posterior``, ``report`` and ``plots``.
+:func:`pruning_hooks` gives a model these as its spec's ``hooks`` (``posterior``, ``report`` and ``plots``).
 
 Example
 -------
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from pyro import poutine
 
-from pyro_bdl.inference.local_reparam import _normal
+from pyro_bdl.inference.local_reparam import normal_of
 from pyro_bdl.nn.log_uniform import log_alpha
 from pyro_bdl.registry import PostFit
 
@@ -56,7 +56,7 @@ def normal_factors(guide, data: dict, sites=None) -> dict:
     for name, site in trace.nodes.items():
         if site["type"] != "sample" or site["is_observed"] or (sites is not None and name not in sites):
             continue
-        normal = _normal(site["fn"])
+        normal = normal_of(site["fn"])
         if normal is not None:
             shape = site["value"].shape
             out[name] = tuple(t.detach().expand(shape).clone() for t in normal)
