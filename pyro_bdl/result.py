@@ -108,12 +108,16 @@ class FitResult:
     sample_stats: dict = field(default_factory=dict)
     losses: np.ndarray | None = None
     info: dict = field(default_factory=dict)
-    record: FitRecord = field(default_factory=lambda: FitRecord("model"))
+    record: FitRecord | None = None
     guide: Any = None
     spec: Any = None
     standardizer: Any = None
     params: dict = field(default_factory=dict)
     report: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.record is None:  # a result built by hand: named after its model, as a fit names a user's model
+            self.record = FitRecord(getattr(self.model, "__name__", "model"))
 
     @contextlib.contextmanager
     def own_params(self):
