@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +21,9 @@ from pyro_bdl.data.images import is_image_file, load_images
 from pyro_bdl.data.table import load_csv
 from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
+from pyro_bdl.inference.method import processes_methods
+from pyro_bdl.inference.parallel.devices import resolve_device
+from pyro_bdl.inference.parallel.processes import current_group, leave
 from pyro_bdl.posterior.amortised import image_grid, simulate, square_side
 from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
 from pyro_bdl.posterior.evaluation import evaluate_fit
@@ -95,11 +99,16 @@ def parse_key_values(pairs, flag: str = "--option") -> dict:
     return out
 
 
-def _cmd_fit(args) -> None:
+def _cmd_fit(args) -> int | None:
     spec = get_model(args.model)
     if args.inference is None:  # NUTS where it suits, else the first method that does (an amortised model's)
         args.inference = spec.default_method
-    check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
+    resolve_device(args.device)  # a device this machine lacks fails before any work
+    if args.nproc is not None:
+        return _launch(args)
+    group = current_group()
+    if group.main:
+        check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
     dataset = load(args.data or spec.default_data, args.target)
@@ -118,7 +127,8 @@ def _cmd_fit(args) -> None:
         warnings.simplefilter("always")
         try:
             result = fit(spec.name, dataset, inference=args.inference, guide=args.guide, options=options,
-                         seed=args.seed, progress=not args.no_progress, checkpoint=checkpoint, **settings)
+                         seed=args.seed, progress=not args.no_progress, checkpoint=checkpoint, device=args.device,
+                         threads=args.threads, **settings)
         except KeyboardInterrupt:
             if checkpoint.exists():
                 raise KeyboardInterrupt(f"progress is saved in {checkpoint}; rerun the same command to resume") from None
@@ -126,6 +136,8 @@ def _cmd_fit(args) -> None:
     for w in caught:
         if issubclass(w.category, UserWarning) and "pyro_bdl" in str(w.filename) or "Convergence" in w.category.__name__:
             print(f"warning: {w.message}", file=sys.stderr)
+    if not group.main:  # process 0 writes the fit directory and reports
+        return None
     if test is not None:
         result.info["heldout"] = {"fraction": test_fraction, **evaluate_fit(result, test)}
     files = write_fit(result, args.out, test)
@@ -140,6 +152,31 @@ def _cmd_fit(args) -> None:
     if extra:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
     print(f"{spec.name} / {args.inference}: {result.record.wall_seconds:.1f} s; wrote {', '.join(files)} to {args.out}")
+
+
+def _launch(args) -> int:
+    """``fit ... --nproc N``: the same command in N processes started by ``torchrun`` (its exit status)."""
+    method = METHODS.get(args.inference)
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+    if method is not None and method.processes is None:
+        raise ValueError(f"inference '{args.inference}' does not run on several processes; those that do: "
+                         f"{', '.join(processes_methods())}")
+    if current_group().distributed:
+        raise ValueError("--nproc inside a torchrun launch: the processes are already started; drop --nproc")
+    check_out_dir(args.out, force=args.force)
+    argv = list(sys.argv[1:] if args.argv is None else args.argv)
+    keep, skip = [], False
+    for i, token in enumerate(argv):  # the same command without --nproc
+        if skip:
+            skip = False
+        elif token == "--nproc":
+            skip = True
+        elif not token.startswith("--nproc="):
+            keep.append(token)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+               "-m", "pyro_bdl.cli", *keep]
+    return subprocess.run(command, check=False).returncode
 
 
 def _cmd_predict(args) -> None:
@@ -231,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-fraction", type=float,
                    help="hold out this fraction for metrics (default 0.2 for networks, 0 otherwise)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--device", default="cpu", help="where the fit runs: cpu (default), cuda, cuda:N, mps")
+    p.add_argument("--threads", default="auto",
+                   help="torch threads per process: auto (default: one unless the model's operations are large "
+                        "and cores are free) or a number")
+    p.add_argument("--nproc", type=int,
+                   help="run in N processes on this machine, started by torchrun (data-parallel SVI, MAP, MLE, "
+                        "MC dropout, amortised SVI; ensemble members and NUTS/HMC chains split); inside a torchrun "
+                        "launch leave it out")
     p.add_argument("--force", action="store_true",
                    help="replace the fit an --out directory already holds (without it, such a directory is refused)")
     p.set_defaults(run=_cmd_fit)
@@ -264,9 +309,12 @@ def _files_only_backend() -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = argv
     _files_only_backend()
     try:
-        args.run(args)
+        status = args.run(args)
+        if status:
+            return int(status)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"pyro-bdl: error: {exc}", file=sys.stderr)
         return 2
@@ -282,6 +330,8 @@ def main(argv=None) -> int:
         except (OSError, ValueError, io.UnsupportedOperation):
             pass
         return 141
+    finally:
+        leave()  # the process group of a torchrun launch, if this command joined one
     return 0
 
 

@@ -19,11 +19,14 @@ from pyro_bdl.data.task import Task
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 from pyro_bdl.inference import latent_sites, model_params, observed_sites
 from pyro_bdl.inference.base import RunContext, with_deterministic
-from pyro_bdl.inference.method import DEFAULT_METHOD
+from pyro_bdl.inference.method import DEFAULT_METHOD, processes_methods
+from pyro_bdl.inference.parallel.devices import move_to, resolve_device
+from pyro_bdl.inference.parallel.processes import current_group, join
+from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
 from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
 from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
-from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
+from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint, kept_rng
 
 __all__ = ["fit"]
 
@@ -51,7 +54,8 @@ class _Prepared:
         return self.model if self.standardized is None else self.standardized.with_sites(observed)
 
 
-def _prepare(model, data, target, options) -> _Prepared:
+def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
+    """The model bound and its data on ``device`` (so the standardising transform's statistics are too)."""
     if isinstance(model, (str, ModelSpec)):
         spec = get_model(model) if isinstance(model, str) else model
         if data is None:
@@ -60,8 +64,10 @@ def _prepare(model, data, target, options) -> _Prepared:
         if isinstance(dataset, dict):
             dataset = _arguments_as_dataset(spec, dataset)
         if not isinstance(dataset, Dataset):
-            kwargs = as_model_kwargs(dataset)
+            kwargs = move_to(as_model_kwargs(dataset), device)
             return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
+        dataset = Dataset(dataset.name, dataset.X.to(device), None if dataset.y is None else dataset.y.to(device),
+                          dataset.feature_names, dataset.target_name)
         if spec.data.target is not None and dataset.y is None:
             raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
         if spec.data.check is not None:
@@ -86,7 +92,7 @@ def _prepare(model, data, target, options) -> _Prepared:
         raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
     if data is None:
         data = {}
-    return _Prepared(None, model, as_model_kwargs(data), data if isinstance(data, Dataset) else None)
+    return _Prepared(None, model, move_to(as_model_kwargs(data), device), data if isinstance(data, Dataset) else None)
 
 
 def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
@@ -131,6 +137,8 @@ def fit(
     seed: int = 0,
     progress: bool = True,
     checkpoint: str | Path | None = None,
+    device: str | torch.device | None = None,
+    threads: int | str = "auto",
     **settings,
 ) -> FitResult:
     """Fit a model with one inference method.
@@ -155,6 +163,16 @@ def fit(
     checkpoint : a file to save progress in (SVI, MAP, MLE: every 500 steps and on Ctrl-C;
         MCMC: after every chain).  If it holds a checkpoint of the same run, the fit resumes
         from it; it is deleted when the fit completes.
+    device : where the fit runs: ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ``"mps"``; the data, the model's
+        and guide's parameters and the sampler's state live there (:mod:`pyro_bdl.inference.parallel.devices`).
+        Under ``torchrun``, ``"cuda"`` means each process's own GPU (``cuda:LOCAL_RANK``).
+    threads : torch's intra-op threads for the fit: ``"auto"`` (one, unless the model's largest operation is
+        large enough to gain from more and cores are free: :mod:`pyro_bdl.inference.parallel.threads`) or a
+        number; the count before the fit is put back after it.
+
+    Under ``torchrun`` (or ``pyro-bdl fit --nproc N``), the processes share the work: the optimisation methods
+    split each minibatch over them (data-parallel), ``ensemble`` its members and ``nuts`` / ``hmc`` their chains
+    (:mod:`pyro_bdl.inference.parallel.processes`); every process returns the whole result.
     **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
         ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`).
 
@@ -178,28 +196,48 @@ def fit(
     inference = inference or (spec.default_method if spec is not None else DEFAULT_METHOD)
     plan = resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
-    prepared = _prepare(model, data, target, options)
+    device = resolve_device(device)
+    group = current_group()
+    _check_processes(plan.method, group)
+    if group.distributed and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", group.local_rank % torch.cuda.device_count())
+    resolve_threads(threads, 0.0)  # a bad value fails before any work
+    prepared = _prepare(model, data, target, options, device)
     _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
     nan_check_kwargs(prepared.kwargs)
+    join(device)
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
     observed = _checked_sites(prepared.model, prepared.kwargs)
+    with kept_rng():  # the estimate's draws do not move the fit's random streams
+        work = largest_op(prepared.model, prepared.kwargs, resolved.get("batch_size"))
+    count = resolve_threads(threads, work, processes=group.local_world)
     record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
                           prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
+    record.runs_on = {"device": str(device), "threads": count, "processes": group.world}
     saver = _checkpoint(checkpoint, plan, record, prepared.kwargs, guide,
                         spec.name if spec is not None else getattr(model, "__qualname__", "model"))
     start = time.perf_counter()
-    context = RunContext(prepared.model, prepared.kwargs, progress, saver, plan.runner_kwargs(spec, prepared.model))
-    draws = plan.method.execute(context, resolved)
-    record.wall_seconds = time.perf_counter() - start
-    result = _result(prepared, draws, observed, inference, record)
-    _diagnose(result, plan.method.family)
-    if spec is not None and spec.hooks.report is not None:
-        result.report = spec.hooks.report(result)
-        result.info.update(result.report)
-    if saver is not None:
+    context = RunContext(prepared.model, prepared.kwargs, progress and group.main, saver,
+                         plan.runner_kwargs(spec, prepared.model))
+    with using_threads(count):
+        draws = plan.method.execute(context, resolved)
+        record.wall_seconds = time.perf_counter() - start
+        result = _result(prepared, draws, observed, inference, record)
+        _diagnose(result, plan.method.family)
+        if spec is not None and spec.hooks.report is not None:
+            result.report = spec.hooks.report(result)
+            result.info.update(result.report)
+    if saver is not None and group.main:
         saver.clear()
     return result
+
+
+def _check_processes(method, group) -> None:
+    """A launch of several processes only for a method that shares its work among them."""
+    if group.distributed and method.processes is None:
+        raise ValueError(f"inference '{method.name}' does not run on several processes; those that do: "
+                         f"{', '.join(processes_methods())} (the others run on one: drop --nproc / torchrun)")
 
 
 def _checked_sites(model, kwargs: dict) -> list[str]:

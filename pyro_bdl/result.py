@@ -38,6 +38,7 @@ class FitRecord:
     data : the data set's name (None: the model was given its arguments, not a table).
     feature_names, target : the table's feature columns (empty for a model without inputs) and target column.
     rows : the table's number of rows.
+    runs_on : where the fit ran: ``device``, torch's ``threads``, the launch's ``processes``.
     """
 
     model: str
@@ -49,6 +50,7 @@ class FitRecord:
     feature_names: list = field(default_factory=list)
     target: str | None = None
     rows: int | None = None
+    runs_on: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, model: str, seed: int, settings: dict, options: dict, dataset: Dataset | None = None,
@@ -68,6 +70,7 @@ class FitRecord:
             out.update(data=self.data, rows=self.rows)
         if self.data is not None or self.feature_names or self.target is not None:
             out.update(feature_names=self.feature_names, target=self.target)
+        out.update(self.runs_on)
         return out
 
 

@@ -137,7 +137,7 @@ def load_fit(fit_dir: str | Path) -> FitResult:
     params = {}
     if (Path(fit_dir) / PARAMS).exists():
         try:
-            params = torch.load(Path(fit_dir) / PARAMS, weights_only=True)
+            params = torch.load(Path(fit_dir) / PARAMS, weights_only=True, map_location="cpu")
             if not (isinstance(params, dict) and all(isinstance(v, torch.Tensor) for v in params.values())):
                 raise ValueError("not a dict of tensors")
         except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a damaged file

@@ -182,7 +182,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     if not 0.0 <= float(validation) < 1.0:
         raise ValueError(f"setting 'validation' is the fraction of rows held out, in [0, 1); got {validation}")
     n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
-    order = torch.randperm(n)
+    order = torch.randperm(n, device=next(v for v in data.values() if isinstance(v, torch.Tensor) and v.dim()).device)
     held = int(round(float(validation) * n)) if n > 1 else 0
     valid_index, train_index = order[:held].sort().values, order[held:].sort().values
     train = _rows(data, train_index, n) if held else data
@@ -230,7 +230,7 @@ def _register() -> None:
     register_method(Method(
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,
-        requires=frozenset({"amortised"}), takes_guide=True, quick={"epochs": 2, "is_samples": 10}))
+        requires=frozenset({"amortised"}), takes_guide=True, quick={"epochs": 2, "is_samples": 10}, processes="data"))
 
 
 _register()

@@ -74,7 +74,7 @@ class DropoutGuide:
         for name, (support, event_dim, init) in self._sites.items():
             value = pyro.param(f"{self.prefix}.{name}", init.clone(), constraint=support)
             if self.dropout_sites(name) and self.p > 0:
-                keep = torch.bernoulli(torch.full(value.shape[-1:], 1.0 - self.p))  # one z per input unit
+                keep = torch.bernoulli(torch.full(value.shape[-1:], 1.0 - self.p, device=value.device))  # one z per input unit
                 value = value * keep
             values[name] = pyro.sample(name, dist.Delta(value, event_dim=event_dim))
         return values
@@ -134,7 +134,8 @@ def _register() -> None:
         "mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
         "prediction; tau = 1/sigma^2", run_mc_dropout,
         {"p": 0.05, "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, **ADAM_SETTINGS},
-        requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20}))
+        requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20},
+        processes="data"))
 
 
 _register()

@@ -208,9 +208,9 @@ def ggn(model, data: dict, point: dict, sites: list[str], site: str | None = Non
     plate = _rows(full, site)
     chunk = max(1, OUTPUTS_PER_CHUNK // k) if plate is not None else n
     P = sum(point[s].numel() for s in sites)
-    G = torch.zeros(P, P, dtype=torch.float64)
+    G = torch.zeros(P, P, dtype=torch.float64, device=out.device)
     for start in range(0, n, chunk):
-        index = torch.arange(start, min(start + chunk, n))
+        index = torch.arange(start, min(start + chunk, n), device=out.device)
         J, weights, kind = _jacobian(model, data, fixed, sites, site, plate[0] if chunk < n else None, index)
         J = J.double()
         if kind == "normal":  # Lambda_i = 1 / sigma_i^2
@@ -245,7 +245,7 @@ def _jacobian(model, data, fixed, sites, site, plate, index):
         rows, k = out.shape
         if plate is not None and rows != len(index):
             raise ValueError(f"the model did not take the rows of plate '{plate}' it was given")
-        eye = torch.eye(rows * k, dtype=out.dtype).reshape(rows * k, rows, k)
+        eye = torch.eye(rows * k, dtype=out.dtype, device=out.device).reshape(rows * k, rows, k)
         grads = torch.autograd.grad(out, leaves, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
     J = torch.cat([torch.zeros(rows * k, leaf.numel()) if g is None else g.reshape(rows * k, -1)
                    for g, leaf in zip(grads, leaves)], 1).reshape(rows, k, -1)

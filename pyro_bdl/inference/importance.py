@@ -43,7 +43,8 @@ def effective_sample_size(log_weights: torch.Tensor) -> float:
 def systematic_resample(log_weights: torch.Tensor, num: int) -> torch.Tensor:
     """Indices of a systematic resample of size ``num`` (lower variance than multinomial)."""
     w = torch.softmax(log_weights.double(), dim=0)
-    positions = (torch.rand(1, dtype=torch.float64) + torch.arange(num, dtype=torch.float64)) / num
+    like = {"dtype": torch.float64, "device": log_weights.device}
+    positions = (torch.rand(1, **like) + torch.arange(num, **like)) / num
     return torch.searchsorted(torch.cumsum(w, 0), positions).clamp(max=len(w) - 1)
 
 
@@ -94,11 +95,11 @@ def _laplace_proposal(model, data, num):
     eigval = eigval.clamp(min=1e-3 * eigval.abs().max().clamp(min=1e-6))
     cov = (eigvec / eigval) @ eigvec.T
     scale_tril = torch.linalg.cholesky(0.5 * (cov + cov.T)).to(mode.dtype)
-    q = dist.MultivariateStudentT(torch.tensor(PROPOSAL_DF, dtype=mode.dtype), mode, scale_tril)
+    q = dist.MultivariateStudentT(torch.tensor(PROPOSAL_DF, dtype=mode.dtype, device=mode.device), mode, scale_tril)
     with torch.no_grad():
         zs = q.sample((num,))
         log_q = q.log_prob(zs)
-        log_p = torch.empty(num, dtype=mode.dtype)
+        log_p = torch.empty(num, dtype=mode.dtype, device=mode.device)
         values = {n: [] for n in names}
         for s in range(num):
             unconstrained = unflatten(zs[s])
@@ -116,7 +117,7 @@ def run_importance(model, data: dict, *, samples: int, proposal: str, progress: 
         values, log_w = _laplace_proposal(model, data, samples)
     else:
         raise ValueError(f"unknown importance proposal '{proposal}'; choose 'laplace' or 'prior'")
-    log_w = torch.where(torch.isnan(log_w), torch.tensor(-float("inf")), log_w)
+    log_w = torch.where(torch.isnan(log_w), torch.full_like(log_w, -float("inf")), log_w)
     idx = systematic_resample(log_w, samples)
     draws = {n: v[idx].unsqueeze(0) for n, v in values.items()}
     ess = effective_sample_size(log_w)

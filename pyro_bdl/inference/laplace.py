@@ -98,7 +98,7 @@ class GaussianWeights:
 
     def sample(self, num: int) -> dict:
         """``num`` draws: site -> (num, *shape), float32."""
-        z = torch.randn(len(self.mean), num, dtype=torch.float64)
+        z = torch.randn(len(self.mean), num, dtype=torch.float64, device=self.mean.device)
         flat = self.mean[:, None] + torch.linalg.solve_triangular(self.precision_cholesky.T, z, upper=True)
         draws, start = {}, 0
         for site, shape in zip(self.sites, self.shapes):
@@ -154,10 +154,10 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     if prior_precision == "model":
         prior_mean, precision = model_prior(model, data, point, sites)
     else:
-        prior_mean = torch.zeros(P, dtype=torch.float64)
+        prior_mean = torch.zeros(P, dtype=torch.float64, device=theta.device)
         delta = (marglik_precision(torch.linalg.eigvalsh(curvature.matrix), float(theta @ theta))
                  if prior_precision == "marglik" else prior_precision)
-        precision = torch.full((P,), delta, dtype=torch.float64)
+        precision = torch.full((P,), delta, dtype=torch.float64, device=theta.device)
     try:
         cholesky = torch.linalg.cholesky(curvature.matrix + torch.diag(precision))
     except torch.linalg.LinAlgError:

@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping
 
 from pyro_bdl.inference.base import Draws, RunContext, as_flag
 
-__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "Domain", "SETTING_DOMAINS"]
+__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "Domain", "SETTING_DOMAINS",
+           "processes_methods"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class Method:
     resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
     quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
         that the method runs end to end, not that it is accurate.
+    processes : how the method shares its work among the processes of a ``torchrun`` launch
+        (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
+        gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
+        chains, gathered after), or None (it runs on one process).
     predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
         than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
         saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
@@ -71,6 +76,7 @@ class Method:
     point_estimate: bool = False
     resumable: bool = True
     quick: Mapping[str, Any] = field(default_factory=dict)
+    processes: str | None = None
     predictive_model: Callable | None = None
 
     def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
@@ -204,3 +210,8 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"unknown inference method '{name}'; known methods: {', '.join(METHODS)}")
     return METHODS[name]
+
+
+def processes_methods() -> list[str]:
+    """The methods that share their work among several processes (:attr:`Method.processes` set)."""
+    return [name for name, method in METHODS.items() if method.processes is not None]

@@ -84,12 +84,13 @@ class FastClippedAdam(PyroOptim):
                                               "exp_avg_sq": torch.zeros_like(p)}
         return state
 
-    def _betas_as(self, dtype) -> tuple:
+    def _betas_as(self, dtype, device=None) -> tuple:
         """beta1, beta2 as 0-dim tensors of ``dtype`` (the same numbers: multiplying by a Python float wraps it
         into such a tensor for every parameter, three more operations each)."""
-        cached = self._betas_t.get(dtype)
+        cached = self._betas_t.get((dtype, device))
         if cached is None:
-            cached = self._betas_t[dtype] = tuple(torch.tensor(b, dtype=dtype) for b in self.betas)
+            cached = self._betas_t[(dtype, device)] = tuple(torch.tensor(b, dtype=dtype, device=device)
+                                                            for b in self.betas)
         return cached
 
     @torch.no_grad()
@@ -100,10 +101,10 @@ class FastClippedAdam(PyroOptim):
             state["step"] += 1
             if state["step"] > self.hold:
                 state["lr"] *= self.lrd
-            groups.setdefault((state["step"], state["lr"], p.dtype), []).append((p, state))
+            groups.setdefault((state["step"], state["lr"], p.dtype, p.device), []).append((p, state))
         beta1, beta2 = self.betas
-        for (step, lr, dtype), members in groups.items():
-            beta1_t, beta2_t = self._betas_as(dtype)
+        for (step, lr, dtype, device), members in groups.items():
+            beta1_t, beta2_t = self._betas_as(dtype, device)
             # one flat tensor each (the parameters, gradients and moments are views into them), else the lists
             ps, grads, m, v = self._flat_views(members)
             if math.isfinite(self.clip_norm):  # inf: no clamp, plain Adam with the decaying rate

@@ -45,6 +45,8 @@ from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.optim import FastClippedAdam
+from pyro_bdl.inference.parallel.data_parallel import DataParallel
+from pyro_bdl.inference.parallel.processes import current_group
 from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
 
 #: The learning rate decays geometrically to this fraction of ``lr`` over the run, so that the
@@ -76,10 +78,13 @@ class SVI(pyro.infer.SVI):
     one this copies (:mod:`pyro_bdl.inference.pyro_internals`).
     """
 
-    def __init__(self, model, guide, optim, loss):
+    def __init__(self, model, guide, optim, loss, sync=None):
         super().__init__(model, guide, optim, loss)
         self._elbo = loss
         self._param_names = None  # the loss's parameter names, once known to be fixed
+        #: called as ``sync(params, loss) -> loss`` between the backward pass and the update: the data-parallel
+        #: gradient all-reduce (:class:`~pyro_bdl.inference.parallel.data_parallel.DataParallel`)
+        self.sync = sync
 
     def step(self, *args, **kwargs) -> float:
         names = self._param_names
@@ -89,17 +94,20 @@ class SVI(pyro.infer.SVI):
             params = [site["value"].unconstrained() for site in capture.trace.nodes.values()]
             if getattr(self._elbo, "fixed_params", False):
                 self._param_names = tuple(capture.trace.nodes)
+            names = tuple(capture.trace.nodes)
         else:
             loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
             store = dict(pyro.get_param_store().named_parameters())  # name -> unconstrained tensor
             params = [store[name] for name in names]
+        if self.sync is not None:  # by name: every process lists the parameters in the same order
+            loss = self.sync([p for _, p in sorted(zip(names, params), key=lambda pair: pair[0])], loss)
         self.optim(params)
         self.optim.zero_grad(params)
         return torch_item(loss)
 
 
 def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = GRADIENT_CLAMP,
-             lr_hold: float = LR_HOLD) -> SVI:
+             lr_hold: float = LR_HOLD, sync=None) -> SVI:
     """The SVI object every optimisation-based method steps: ClippedAdam
     (:class:`~pyro_bdl.inference.optim.FastClippedAdam`, its update for all parameters at once) with the
     rate at ``lr`` for the fraction ``lr_hold`` of the ``steps``, then decaying geometrically to
@@ -110,7 +118,7 @@ def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = G
     hold = int(float(lr_hold) * steps)
     optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps - hold, 1)), clip_norm=float(grad_clamp),
                             hold=hold)
-    return SVI(model, guide, optim, loss)
+    return SVI(model, guide, optim, loss, sync)
 
 
 def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False):
@@ -123,7 +131,8 @@ def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=F
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
-             checkpoint=None, checkpoint_every: int = 500, monitor=None, schedule=None, **adam) -> np.ndarray:
+             checkpoint=None, checkpoint_every: int = 500, monitor=None, schedule=None, processes=None,
+             **adam) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
     :func:`make_svi`); return the loss trace.
 
@@ -138,8 +147,19 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.  ``schedule``
     (optional) is called with the step's index before every step (a resumed run calls it from the first step it
     runs), e.g. to set a KL warm-up factor the model reads.
+
+    Under ``torchrun`` (``processes``: the :class:`~pyro_bdl.inference.parallel.processes.ProcessGroup`, default
+    the launch's), each process steps on its shard of every minibatch and the gradients are summed before each
+    update (:class:`~pyro_bdl.inference.parallel.data_parallel.DataParallel`); process 0 alone shows progress and
+    saves checkpoints, every process resumes from them.
     """
-    svi = make_svi(model, guide, loss, lr=lr, steps=steps, **adam)
+    group = current_group() if processes is None else processes
+    parallel = DataParallel(group, model, guide, data) if group.distributed else None
+    if parallel is not None:  # this process's shard of every global batch; gradients summed before each update
+        model, guide, data = parallel.model, parallel.guide, parallel.data
+    progress = progress and group.main
+    checkpoint = checkpoint if group.main or checkpoint is None else checkpoint.read_only()
+    svi = make_svi(model, guide, loss, lr=lr, steps=steps, sync=None if parallel is None else parallel.sync, **adam)
     optim = svi.optim
     losses = _resume(checkpoint, model, guide, optim, data, monitor)
     first = len(losses)
@@ -333,17 +353,19 @@ def _register() -> None:
     point = {"steps": 2000, "lr": 0.02, "batch_size": None, **ADAM_SETTINGS}
     for method in (
         Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
-               run_svi, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
+               run_svi, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data"),
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
-               run_svi_meanfield, common, refuses=frozenset(), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}),
+               run_svi_meanfield, common, refuses=frozenset(), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50},
+               processes="data"),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
                run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
                quick={"steps": 30, "samples": 50, "particles": 2}),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
-               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}),
+               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data"),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               run_mle, point, refuses=frozenset(), takes_init=True, point_estimate=True, quick={"steps": 100}),
+               run_mle, point, refuses=frozenset(), takes_init=True, point_estimate=True, quick={"steps": 100},
+               processes="data"),
     ):
         register_method(method)
 

@@ -45,7 +45,8 @@ def coin(y: torch.Tensor | None = None, n: int | None = None, alpha: float = 1.0
     if n is None:
         raise ValueError("coin needs the tosses y or their number n")
     # pi ~ Beta(alpha, beta)
-    pi = pyro.sample("pi", dist.Beta(torch.tensor(float(alpha)), torch.tensor(float(beta))))
+    like = {"device": y.device} if y is not None else {}
+    pi = pyro.sample("pi", dist.Beta(torch.tensor(float(alpha), **like), torch.tensor(float(beta), **like)))
     # y_i ~ Bernoulli(pi)
     with pyro.plate("tosses", n):
         return pyro.sample("y", dist.Bernoulli(pi), obs=y)

@@ -79,8 +79,8 @@ def _batch(size, batch_size):
 def ss_vae(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weight=10.0, batch_size=None):
     """M2. ``x``: (n, D) pixels in [0, 1]; ``y``: (n,) labels 0..C-1, -1 where unknown (None: all unknown)."""
     C, D, hidden = int(num_classes), x.shape[1], hidden_widths(hidden)
-    decode = registered("ss_vae.decoder", decoder, latent_dim + C, D, hidden, "mlp")
-    classify = registered("ss_vae.classifier", classifier, D, C, hidden)
+    decode = registered("ss_vae.decoder", decoder, latent_dim + C, D, hidden, "mlp", device=x.device)
+    classify = registered("ss_vae.classifier", classifier, D, C, hidden, device=x.device)
     labelled, unlabelled = _split(y, x.shape[0])
     prior_y = dist.Categorical(logits=torch.zeros(C))
     prior_z = dist.Normal(torch.zeros(latent_dim), 1.0).to_event(1)
@@ -108,8 +108,8 @@ def ss_vae(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weight
 def ss_guide(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weight=10.0, batch_size=None):
     """q(y | x) (the classifier, enumerated where y is unknown) and q(z | x, y)."""
     C, D, hidden = int(num_classes), x.shape[1], hidden_widths(hidden)
-    encode = registered("ss_vae.encoder", encoder, D + C, latent_dim, hidden, "mlp")
-    classify = registered("ss_vae.classifier", classifier, D, C, hidden)
+    encode = registered("ss_vae.encoder", encoder, D + C, latent_dim, hidden, "mlp", device=x.device)
+    classify = registered("ss_vae.classifier", classifier, D, C, hidden, device=x.device)
     labelled, unlabelled = _split(y, x.shape[0])
     if len(labelled):
         with pyro.plate("labelled", len(labelled), subsample_size=_batch(len(labelled), batch_size)) as i:
@@ -137,8 +137,8 @@ def class_elbos(x: torch.Tensor, num_classes, latent_dim=10, hidden=(200,), draw
     """
     C, L, hidden, D = int(num_classes), int(latent_dim), hidden_widths(hidden), x.shape[1]
     g = torch.Generator().manual_seed(seed)
-    encode = registered("ss_vae.encoder", encoder, D + C, L, hidden, "mlp")
-    decode = registered("ss_vae.decoder", decoder, L + C, D, hidden, "mlp")
+    encode = registered("ss_vae.encoder", encoder, D + C, L, hidden, "mlp", device=x.device)
+    decode = registered("ss_vae.decoder", decoder, L + C, D, hidden, "mlp", device=x.device)
     out = []
     for c in range(C):
         y = torch.full((x.shape[0],), c)

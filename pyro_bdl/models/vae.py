@@ -96,15 +96,16 @@ def vae(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood=
     """The VAE. ``x``: (n, D) flattened images, or None to simulate ``n`` of ``data_dim`` pixels. Returns x."""
     _check_pixels(x, likelihood)
     n, data_dim = (x.shape[0], x.shape[1]) if x is not None else (n, data_dim)
-    decode = registered("vae.decoder", decoder, latent_dim, data_dim, hidden_widths(hidden), arch)
-    sd = None
+    decode = registered("vae.decoder", decoder, latent_dim, data_dim, hidden_widths(hidden), arch,
+                        device=None if x is None else x.device)
+    sd, device = None, next(decode.parameters()).device
     if likelihood == "gaussian":
-        sd = pyro.param("vae.pixel_sd", lambda: torch.full((data_dim,), 0.5),
+        sd = pyro.param("vae.pixel_sd", lambda: torch.full((data_dim,), 0.5, device=device),
                         constraint=constraints.greater_than(MIN_PIXEL_SD))
     with pyro.plate("data", n, subsample_size=batch_size):
         with poutine.scale(scale=kl_scale * anneal):  # beta (times the warm-up factor): the weight of the KL term
             # z_i ~ N(0, I_L)
-            z = pyro.sample("z", dist.Normal(torch.zeros(latent_dim), 1.0).to_event(1))
+            z = pyro.sample("z", dist.Normal(torch.zeros(latent_dim, device=device), 1.0).to_event(1))
         # x_i | z_i ~ p(x | f_theta(z_i))   (pyro.subsample: the minibatch's rows of x)
         obs = None if x is None else pyro.subsample(x, event_dim=1)
         return pyro.sample("x", pixel_likelihood(decode(z), likelihood, sd), obs=obs)
@@ -113,7 +114,7 @@ def vae(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood=
 def encoder_guide(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood="bernoulli", arch="mlp",
                   kl_scale=1.0, batch_size=None, anneal=1.0):
     """q(z_i | x_i) = N(mu(x_i), diag sigma^2(x_i)): the encoder network, amortised over the rows."""
-    encode = registered("vae.encoder", encoder, x.shape[1], latent_dim, hidden_widths(hidden), arch)
+    encode = registered("vae.encoder", encoder, x.shape[1], latent_dim, hidden_widths(hidden), arch, device=x.device)
     with pyro.plate("data", x.shape[0], subsample_size=batch_size):
         loc, scale = encode(pyro.subsample(x, event_dim=1))
         with poutine.scale(scale=kl_scale * anneal):

@@ -129,7 +129,7 @@ def classifier(data_dim: int, num_classes: int, hidden=(400,)) -> nn.Sequential:
     return _mlp((data_dim, *tuple(hidden), num_classes))
 
 
-def registered(name: str, build, *key) -> nn.Module:
+def registered(name: str, build, *key, device=None) -> nn.Module:
     """``pyro.module(name, net, update_module_params=True)`` of the network ``build(*key)`` for this ``name``:
     the same object while the param store holds its parameters, a new one (fresh random weights) when it does
     not.  Every call registers the parameters, so SVI and traces see them as ``param`` sites."""
@@ -137,6 +137,8 @@ def registered(name: str, build, *key) -> nn.Module:
     store = pyro.get_param_store()
     if net is None or any(param_with_module_name(name, p) not in store for p, _ in net.named_parameters()):
         net = _NETWORKS[(name, key)] = build(*key)
+    if device is not None:  # the data's device (a no-op where the network is there already)
+        net.to(device)
     for p in net.parameters():  # values a param store scope put in (FitResult.own_params) come without the flag,
         p.requires_grad_(True)  # and pyro.module skips such parameters (it would not load the store's values)
     return pyro.module(name, net, update_module_params=True)

@@ -80,7 +80,7 @@ def report(result) -> dict:
     error of the mean log p(x)."""
     x = result.data[result.spec.data.features]
     if len(x) > REPORT_ROWS:
-        x = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:REPORT_ROWS]]
+        x = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(0), device="cpu")[:REPORT_ROWS].to(x.device)]
     return _summary(estimate_rows(result, x), "train_")
 
 

@@ -61,10 +61,12 @@ def rng_state() -> dict:
     """
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    return {"torch": torch.get_rng_state(),
+    cuda = ({"cuda": torch.stack(torch.cuda.get_rng_state_all())}
+            if torch.cuda.is_available() and torch.cuda.is_initialized() else {})
+    return {"torch": torch.get_rng_state(), **cuda,
             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                       "has_gauss": int(has_gauss), "gauss": float(gauss)},
-            "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+            "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64, device="cpu"),
                        "gauss_next": gauss_next}}
 
 
@@ -74,6 +76,8 @@ def set_rng_state(state) -> None:
         torch.set_rng_state(state)
         return
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(list(state["cuda"]))
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     p = state["python"]
@@ -93,9 +97,21 @@ def kept_rng():
 class Checkpoint:
     """One checkpoint file for one run (``fingerprint`` names the run)."""
 
-    def __init__(self, path: str | Path, fingerprint: str):
+    def __init__(self, path: str | Path, fingerprint: str, writable: bool = True):
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.writable = writable
+
+    def read_only(self) -> Checkpoint:
+        """The same checkpoint for a process that resumes from it but leaves saving to another (the processes of a
+        data-parallel launch all read process 0's)."""
+        return Checkpoint(self.path, self.fingerprint, writable=False)
+
+    def for_process(self, rank: int) -> Checkpoint:
+        """A checkpoint of this run's process ``rank`` alone (``NAME.rankR.pt`` beside this one): for work split
+        over the processes of a launch (ensemble members, MCMC chains), where each saves what it did."""
+        return Checkpoint(self.path.with_name(f"{self.path.stem}.rank{rank}{self.path.suffix}"), self.fingerprint,
+                          self.writable)
 
     def load(self) -> dict | None:
         """The saved state, or None when there is no checkpoint yet."""
@@ -116,7 +132,11 @@ class Checkpoint:
         return state["state"]
 
     def save(self, state: dict) -> None:
-        atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, "state": state}, tmp))
+        if self.writable:
+            atomic_write(self.path, lambda tmp: torch.save({"fingerprint": self.fingerprint, "state": state}, tmp))
 
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        if self.writable:
+            self.path.unlink(missing_ok=True)
+            for part in self.path.parent.glob(f"{self.path.stem}.rank*{self.path.suffix}"):
+                part.unlink(missing_ok=True)

@@ -72,14 +72,14 @@ def _value(node: fx.Node, known: dict):
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or not _safe(node.target):
         return None
-    shape, dtype = tuple(val.shape), val.dtype
+    shape, like = tuple(val.shape), {"dtype": val.dtype, "device": val.device}
     if node.target in _ZEROS:
-        return torch.zeros(shape, dtype=dtype)
+        return torch.zeros(shape, **like)
     if node.target in _ONES:
-        return torch.ones(shape, dtype=dtype)
+        return torch.ones(shape, **like)
     if node.target in _FULL:
         fill = node.args[_FULL[node.target]]
-        return None if isinstance(fill, fx.Node) else torch.full(shape, fill, dtype=dtype)
+        return None if isinstance(fill, fx.Node) else torch.full(shape, fill, **like)
     inputs = [a for a in node.all_input_nodes]
     if any(a not in known for a in inputs):
         return None
@@ -198,7 +198,7 @@ def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
     for node in gm.graph.nodes:
         if node.op == "get_attr" and node.target == key:
             return node
-    gm.register_buffer(key, torch.tensor(value, dtype=dtype))
+    gm.register_buffer(key, torch.tensor(value, dtype=dtype, device="cpu"))  # 0-dim: combines with any device
     first = next(n for n in gm.graph.nodes if n.op != "placeholder")
     with gm.graph.inserting_before(first):
         node = gm.graph.get_attr(key)

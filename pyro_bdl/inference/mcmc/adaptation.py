@@ -111,10 +111,10 @@ def reasonable_step_size(dyn, z, u, g, step_size, generator):
 class MassWindow:
     """Welford estimate of the draws' covariance (or variance) in one window, per chain."""
 
-    def __init__(self, chains, dim, dense):
+    def __init__(self, chains, dim, dense, device=None):
         self.dense, self.n = dense, 0
-        self.mean = torch.zeros(chains, dim, dtype=torch.float64)
-        self.m2 = torch.zeros((chains, dim, dim) if dense else (chains, dim), dtype=torch.float64)
+        self.mean = torch.zeros(chains, dim, dtype=torch.float64, device=device)
+        self.m2 = torch.zeros((chains, dim, dim) if dense else (chains, dim), dtype=torch.float64, device=device)
 
     def add(self, z):
         z = z.double()
@@ -142,7 +142,7 @@ class MassWindow:
         cov = self.m2 / max(n - 1, 1)
         shrink = 1e-3 * 5.0 / (n + 5.0)
         if self.dense:
-            eye = torch.eye(cov.shape[-1], dtype=cov.dtype)
+            eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
             return (n / (n + 5.0) * cov + shrink * eye).to(dtype)
         return (n / (n + 5.0) * cov + shrink).to(dtype)
 
@@ -150,13 +150,13 @@ class MassWindow:
 def initial_points(dyn, chains, dim, dtype, generator, tries=100):
     """Uniform(-2, 2) in unconstrained space (Pyro's init_to_uniform), redrawn where U or its gradient
     is not finite."""
-    z = torch.rand(chains, dim, generator=generator, dtype=dtype) * 4 - 2
+    z = torch.rand(chains, dim, generator=generator, dtype=dtype, device=generator.device) * 4 - 2
     for _ in range(tries):
         u, g = dyn.value_and_grad(z)
         bad = ~(torch.isfinite(u) & torch.isfinite(g).all(-1))
         if not bool(bad.any()):
             return z, u, g
-        z = select(bad, torch.rand(chains, dim, generator=generator, dtype=dtype) * 4 - 2, z)
+        z = select(bad, torch.rand(chains, dim, generator=generator, dtype=dtype, device=generator.device) * 4 - 2, z)
     raise ValueError(f"no initial point with a finite potential and gradient in {tries} draws from "
                      "Uniform(-2, 2) in unconstrained space: check the model's log density")
 
@@ -178,7 +178,7 @@ class WarmUp:
         the mass matrix set on ``dyn`` where a window ends; -> the step size for the next draw (chains,)."""
         step_size = self.averaging.update(accept)
         if i in self.window_firsts:
-            self.mass_window = MassWindow(self.chains, self.dim, self.dense)
+            self.mass_window = MassWindow(self.chains, self.dim, self.dense, device=z.device)
         if self.mass_window is not None:
             self.mass_window.add(z)
         if i in self.windows:

@@ -128,7 +128,7 @@ class Dynamics:
         if self.dense:  # r ~ N(0, M) as r = F eps, F F^T = M = inverse_mass^-1: F = L^-T, inverse_mass = L L^T
             # (in float64 and without forming M: an ill-conditioned posterior's M can fail a float32 Cholesky)
             lower = torch.linalg.cholesky(inverse_mass.double())
-            eye = torch.eye(lower.shape[-1], dtype=torch.float64).expand_as(lower)
+            eye = torch.eye(lower.shape[-1], dtype=torch.float64, device=lower.device).expand_as(lower)
             self._chol_mass = torch.linalg.solve_triangular(lower, eye, upper=False).mT.to(inverse_mass.dtype)
             self._chol_mass = self._chol_mass.contiguous()
         else:
@@ -163,7 +163,8 @@ class Dynamics:
         return self._chol_mass if self.dense else self._sd_mass
 
     def momentum(self, generator, like):
-        return scaled_momentum(self.momentum_factor, torch.randn(like.shape, generator=generator, dtype=like.dtype))
+        return scaled_momentum(self.momentum_factor, torch.randn(like.shape, generator=generator, dtype=like.dtype,
+                                                                          device=like.device))
 
     def leapfrog(self, z, r, g, step):
         """One velocity-Verlet step of signed size ``step`` (C, 1), unfused: -> z, r, U, grad."""

@@ -52,7 +52,7 @@ def transition(dyn, z, u, g, step_size, generator, max_steps):
     r = dyn.momentum(generator, z)
     h0 = u + dyn.kinetic(r)
     step = step_size.unsqueeze(-1).to(z.dtype)
-    state = (z, r, u, g, torch.zeros(C, dtype=torch.bool))
+    state = (z, r, u, g, torch.zeros(C, dtype=torch.bool, device=z.device))
     for t in range(int(n_steps.max())):
         moving = (t < n_steps) & ~state[-1]
         if not bool(moving.any()):
@@ -62,7 +62,7 @@ def transition(dyn, z, u, g, step_size, generator, max_steps):
     zc, rc, uc, gc, diverging = state
     dh = energy_error(dyn.inverse_mass, uc, rc, h0)
     accept_prob = torch.where(diverging, torch.zeros_like(dh), torch.exp(torch.clamp(-dh, max=0.0)))
-    accept = torch.rand(C, generator=generator) < accept_prob
+    accept = torch.rand(C, generator=generator, device=z.device) < accept_prob
     prop = tuple(select(accept, a, b) for a, b in zip((zc, uc, gc), (z, u, g)))
     return prop, {"diverging": diverging, "n_steps": n_steps, "accept": accept_prob}
 

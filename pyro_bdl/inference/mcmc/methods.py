@@ -21,6 +21,7 @@ from pyro_bdl.inference import pyro_internals
 from pyro_bdl.inference.base import Draws, as_flag
 from pyro_bdl.inference.mcmc.draws import stack_chains
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.parallel.processes import current_group
 from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 
@@ -87,6 +88,9 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     """
     if kernel not in ("zoo", "pyro"):
         raise ValueError(f"setting 'kernel' must be 'zoo' or 'pyro', got {kernel!r}")
+    if kernel != "zoo" and current_group().distributed:
+        raise ValueError(f"kernel='{kernel}' runs its chains on one process; the zoo's kernel (kernel='zoo') splits "
+                         "them over the processes of a launch")
     if kernel == "zoo":
         from pyro_bdl.inference.mcmc.zoo import run_zoo_mcmc  # downward, at the first fit: the sampler's machinery
 
@@ -120,9 +124,11 @@ def _register() -> None:
            "kernel": "zoo"}
     quick = {"samples": 60, "warmup": 40}
     register_method(Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
-                           functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick))
+                           functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick,
+                           processes="split"))
     register_method(Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass "
-                           "matrix (diagonal, or dense: full_mass)", functools.partial(run_mcmc, "hmc"), hmc, quick=quick))
+                           "matrix (diagonal, or dense: full_mass)", functools.partial(run_mcmc, "hmc"), hmc, quick=quick,
+                           processes="split"))
     register_method(Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
                            functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2},
                            requires=frozenset({"continuous", "low-dimensional"}), quick={"samples": 100, "warmup": 100}))

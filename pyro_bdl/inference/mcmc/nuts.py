@@ -186,13 +186,14 @@ def _checkpoint_range(n: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def checkpoint_masks(max_depth: int, device=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per leaf n < 2^(max_depth - 1) of a subtree: its (store, check) masks over the max_depth checkpoints, shaped
     (depth, 1, 1) and (depth, 1) to broadcast against the chains (and coordinates) as :func:`leaf` uses them."""
     masks = []
     for n in range(2 ** max(max_depth - 1, 0)):
         idx_min, idx_max = _checkpoint_range(n)
-        store, check = torch.zeros(max_depth, dtype=torch.bool), torch.zeros(max_depth, dtype=torch.bool)
+        store = torch.zeros(max_depth, dtype=torch.bool, device=device)
+        check = torch.zeros(max_depth, dtype=torch.bool, device=device)
         if n % 2 == 0:
             store[idx_max] = True
         check[idx_min:idx_max + 1] = True
@@ -201,14 +202,14 @@ def checkpoint_masks(max_depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 @functools.lru_cache(maxsize=8)
-def _start_values(chains, dim, dtype, max_depth):
+def _start_values(chains, dim, dtype, max_depth, device=None):
     """The constant tensors a draw starts from (the fused steps never write into their inputs, so every draw
     shares them): false and zero per chain (C,), zero momenta (C, D), -inf, true, integer zero (C,),
     checkpoints (max_depth, C, D)."""
-    no = torch.zeros(chains, dtype=torch.bool)
-    return (no, torch.zeros(chains, dtype=dtype), torch.zeros(chains, dim, dtype=dtype),
-            torch.full((chains,), -math.inf, dtype=dtype), ~no, torch.zeros(chains, dtype=torch.long),
-            torch.zeros(max_depth, chains, dim, dtype=dtype))
+    no = torch.zeros(chains, dtype=torch.bool, device=device)
+    return (no, torch.zeros(chains, dtype=dtype, device=device), torch.zeros(chains, dim, dtype=dtype, device=device),
+            torch.full((chains,), -math.inf, dtype=dtype, device=device), ~no,
+            torch.zeros(chains, dtype=torch.long, device=device), torch.zeros(max_depth, chains, dim, dtype=dtype, device=device))
 
 
 def transition(dyn, z, u, g, step_size, generator, max_depth):
@@ -221,20 +222,21 @@ def transition(dyn, z, u, g, step_size, generator, max_depth):
     chain is active, a traced merge with ``active`` fixed; compiled steps have no such forms (a second compile
     costs seconds, a mask next to nothing)."""
     C, step_size = z.shape[0], step_size.to(z.dtype)
-    eps = torch.randn(z.shape, generator=generator, dtype=z.dtype)
-    args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype), step_size,
+    eps = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
+    args = (z, u, g, eps, dyn.momentum_factor, torch.rand(C, generator=generator, dtype=z.dtype, device=z.device),
+            step_size,
             dyn.inverse_mass)
     # once a draw: traced is enough, a compile would cost seconds for nothing
     start = dyn.fused("nuts-start", transition_start, args, evaluates=False, compile=False)
     r0, h0, right_way, step, zc, rc, gc = start(*args)
     right, left, prop = (z, r0, g), (z, r0, g), (z, u, g)
-    no, zero, zeros, minus_inf, yes, int_zeros, r_ckpts = _start_values(C, z.shape[1], z.dtype, max_depth)
+    no, zero, zeros, minus_inf, yes, int_zeros, r_ckpts = _start_values(C, z.shape[1], z.dtype, max_depth, z.device)
     log_w, r_sum, active, depth, diverging = zero, r0, yes, int_zeros, no
     n_steps, sum_accept, r_sum_ckpts = int_zeros, zero, r_ckpts
-    masks = checkpoint_masks(max_depth)
+    masks = checkpoint_masks(max_depth, z.device)
     building = active_count = C  # how many chains build (in this subtree), are active (in the tree)
     for j in range(max_depth):
-        uniforms = torch.rand(2 ** j + 2, C, generator=generator, dtype=z.dtype).unbind(0)
+        uniforms = torch.rand(2 ** j + 2, C, generator=generator, dtype=z.dtype, device=z.device).unbind(0)
         state = (zc, rc, gc, minus_inf, zc, u, gc, zeros, r_ckpts, r_sum_ckpts, n_steps, sum_accept, no, no, active)
         for n in range(2 ** j):
             args = (*state, step, dyn.inverse_mass, h0, *masks[n], uniforms[n])

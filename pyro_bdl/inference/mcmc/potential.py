@@ -98,6 +98,7 @@ class FlatPotential:
             raise ValueError("the model has no latent sample site: nothing for NUTS to sample")
         self.dim = sum(self.sizes.values())
         self.dtype = next(iter(trace.nodes[s]["value"] for s in self.sites)).dtype
+        self.device = next(iter(trace.nodes[s]["value"] for s in self.sites)).device
         self._batched = None
         self._graph = None  # the traced FX graph of the batched potential, once built (None if untraceable)
         self._mode = None

@@ -129,24 +129,25 @@ class _Run:
                  target_accept, resume):
         self.potential, self.kernel, self.chains, self.warmup, self.samples = potential, kernel, chains, warmup, samples
         self.auto = compile == "auto"
-        self.generator = torch.Generator().manual_seed(seed)
+        device = potential.device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         dim, dtype, dense = potential.dim, potential.dtype, bool(full_mass)
-        inverse_mass = (torch.eye(dim, dtype=dtype).expand(chains, dim, dim).clone() if dense
-                        else torch.ones(chains, dim, dtype=dtype))
+        inverse_mass = (torch.eye(dim, dtype=dtype, device=device).expand(chains, dim, dim).clone() if dense
+                        else torch.ones(chains, dim, dtype=dtype, device=device))
         self.dyn = Dynamics(potential, tensors, inverse_mass, compile=compile is True)
         self.counted, self.start = {}, 0  # draw -> the potential's evaluations before it; the first draw to make
         if resume is None:
             z, u, g = initial_points(self.dyn, chains, dim, dtype, self.generator)
-            step_size = torch.ones(chains, dtype=torch.float64)
+            step_size = torch.ones(chains, dtype=torch.float64, device=device)
             if warmup > 0:
                 step_size = reasonable_step_size(self.dyn, z, u, g, step_size, self.generator)
         else:
             z, u, g, step_size = (resume[k].contiguous() for k in ("z", "u", "g", "step_size"))
         self.z, self.u, self.g, self.step_size = z, u, g, step_size
         self.warm_up = WarmUp(warmup, chains, dim, dtype, dense, step_size, target_accept)
-        self.theta = torch.empty(chains, samples, dim, dtype=dtype)
+        self.theta = torch.empty(chains, samples, dim, dtype=dtype, device=device)
         self.rows = {key: [] for key in ("diverging", "step_size", "n_steps", *kernel.stats, "lp")}
-        self.accept_sum = torch.zeros(chains, dtype=torch.float64)
+        self.accept_sum = torch.zeros(chains, dtype=torch.float64, device=device)
         if resume is not None:
             self._load(resume)
 

@@ -21,6 +21,7 @@ from pyro_bdl.inference.base import Draws, as_flag
 from pyro_bdl.inference.mcmc.draws import stack_chains
 from pyro_bdl.inference.mcmc.potential import flat_potential
 from pyro_bdl.inference.mcmc.sampler import sample
+from pyro_bdl.inference.parallel.processes import current_group, gather_rows, my_share
 from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 __all__ = ["run_zoo_mcmc"]
@@ -33,6 +34,16 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
     with the potential from the start (else they run traced, by the static runtime, and are compiled only when
     the run is projected to be long enough to pay for it: :data:`~pyro_bdl.inference.mcmc.sampler.COMPILE_AFTER_STEPS`).
     Same arguments as :func:`pyro_bdl.inference.mcmc.methods.run_mcmc`."""
+    group = current_group()
+    # host-side (a seed, not model data); every process draws the same, and runs its block of chains from it
+    first_seed = int(torch.randint(0, 2**62, (), device="cpu"))
+    if group.distributed:
+        if chains < group.world:
+            raise ValueError(f"{chains} chains cannot be split over {group.world} processes: run at least as many "
+                             f"chains as processes")
+        mine = my_share(chains, group)
+        chains, first_seed = len(mine), first_seed + mine.start
+        checkpoint = None if checkpoint is None else checkpoint.for_process(group.rank)
     state = (checkpoint.load() if checkpoint is not None else None) or {"chains": []}
     done = state["chains"]
     if done or "batch" in state:
@@ -40,7 +51,7 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
     remaining = chains - len(done)
     if remaining > 0:
         batch = state.get("batch")  # an interrupted batch: its generator's state is in it, no new seed
-        seed = int(torch.randint(0, 2**62, ())) if batch is None else 0
+        seed = first_seed if batch is None else 0
         rng = rng_state()
 
         def save_batch(sampler_state):
@@ -54,8 +65,24 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
         values = potential.unpack(out.theta)
         for c in range(remaining):
             done.append({"samples": {k: v[c].detach().clone() for k, v in values.items()},
-                         "stats": {k: torch.as_tensor(v[c]) for k, v in out.stats.items()},
+                         "stats": {k: torch.as_tensor(v[c], device="cpu") for k, v in out.stats.items()},  # host-side
                          "accept": float(out.accept[c])})
         if checkpoint is not None:
             checkpoint.save({"chains": done, "rng": rng_state()})
-    return stack_chains(done)
+    return stack_chains(gather_chains(done, group))
+
+
+def gather_chains(done: list, group) -> list:
+    """Every process's finished chains (``{"samples", "stats", "accept"}`` each), in rank order (one process:
+    ``done`` as it is)."""
+    if not group.distributed:
+        return done
+    rows = {**{f"samples.{k}": torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]},
+            **{f"stats.{k}": torch.stack([torch.as_tensor(c["stats"][k]).to(torch.float64) for c in done])
+               for k in done[0]["stats"]},
+            "accept": torch.tensor([c["accept"] for c in done], dtype=torch.float64)}
+    dtypes = {k: torch.as_tensor(v).dtype for k, v in done[0]["stats"].items()}
+    rows = gather_rows(rows, group)
+    return [{"samples": {k[8:]: v[c] for k, v in rows.items() if k.startswith("samples.")},
+             "stats": {k[6:]: v[c].cpu().to(dtypes[k[6:]]) for k, v in rows.items() if k.startswith("stats.")},
+             "accept": float(rows["accept"][c])} for c in range(len(rows["accept"]))]

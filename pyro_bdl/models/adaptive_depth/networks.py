@@ -97,7 +97,8 @@ def depth_prior(blocks: int, prior: str = "geometric", rate: float = 0.5) -> tor
 
 def heads_network(x: torch.Tensor, num_classes: int, width: int, blocks: int) -> ResidualHeads:
     """The :class:`ResidualHeads` for inputs like ``x``, registered with Pyro as ``adaptive_depth.net``."""
-    return registered("adaptive_depth.net", ResidualHeads, x.shape[-1], int(num_classes), int(width), int(blocks))
+    return registered("adaptive_depth.net", ResidualHeads, x.shape[-1], int(num_classes), int(width), int(blocks),
+                      device=x.device)
 
 
 def guide_network(width: int, blocks: int) -> DepthGuide:

@@ -1,0 +1,94 @@
+"""How many threads torch runs a fit on.
+
+torch's default, one intra-op thread per core, suits large operations on an idle machine.  A Bayesian model's
+operations are mostly small (a network of a few thousand weights, a sampler's vector of a few dozen
+coordinates): split over threads they gain nothing alone, and beside another busy process the threads wait on
+each other, 5-50x slower than one thread (benchmarks/RESULTS.md, "Threads").  ``threads="auto"`` therefore
+chooses one thread, and more only where the largest operation of a step is large enough to gain
+(:data:`MIN_WORK_PER_THREAD` multiply-adds per thread) and cores are free (the 1-minute load average).
+
+Example
+-------
+>>> choose_threads(5_000, cores=8, load=0.0), choose_threads(4e7, cores=8, load=0.0)
+(1, 4)
+>>> choose_threads(4e7, cores=2, load=2.5)  # a large step, but the machine is busy
+1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+
+import torch
+from pyro import poutine
+
+__all__ = ["MIN_WORK_PER_THREAD", "available_cores", "choose_threads", "largest_op", "resolve_threads",
+           "using_threads"]
+
+#: The multiply-adds of one operation below which a second thread does not pay: on this machine's 2 cores
+#: (benchmarks/threads.py) a (rows x k) @ (k x m) product with its backward pass gains 1.0x at 1.6e6, 1.4x at
+#: 6.4e6 and 1.6-1.8x from 4e7 multiply-adds, on an idle machine.
+MIN_WORK_PER_THREAD = 1e7
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def choose_threads(work: float, *, cores: int | None = None, load: float | None = None, processes: int = 1) -> int:
+    """The thread count for steps whose largest operation costs ``work`` multiply-adds: one below
+    :data:`MIN_WORK_PER_THREAD`, else one per that much work, at most the cores not busy with other processes
+    (``load``: the 1-minute load average, read from the system when None) shared by the ``processes`` of this
+    launch on this machine."""
+    cores = available_cores() if cores is None else int(cores)
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if work < MIN_WORK_PER_THREAD:
+        return 1
+    free = max(1, cores - math.floor(load))
+    return max(1, min(int(work // MIN_WORK_PER_THREAD), free // max(1, processes), cores // max(1, processes)))
+
+
+@torch.no_grad()
+def largest_op(model, data: dict, rows: int | None = None) -> float:
+    """The multiply-adds of the largest operation one call of ``model(**data)`` makes, estimated as its largest
+    parameter or latent site (a weight matrix: inputs x outputs) times the rows a step sees (``rows``; default
+    the leading size of the largest data tensor)."""
+    trace = poutine.trace(model).get_trace(**data)
+    sizes = [site["value"].numel() for site in trace.nodes.values()
+             if site["type"] in ("sample", "param") and isinstance(site.get("value"), torch.Tensor)
+             and not site.get("is_observed", False)]
+    if rows is None:
+        tensors = [v for v in data.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        rows = max((len(v) for v in tensors), default=1)
+    return float(max(sizes, default=1)) * max(int(rows), 1)
+
+
+def resolve_threads(threads, work: float, processes: int = 1) -> int:
+    """``threads`` as given (a positive int, or text of one) or, for ``"auto"`` / None, :func:`choose_threads`."""
+    if threads is None or (isinstance(threads, str) and threads.lower() == "auto"):
+        return choose_threads(work, processes=processes)
+    try:
+        count = int(threads)
+    except (TypeError, ValueError):
+        raise ValueError(f"threads must be a positive number or 'auto', got {threads!r}") from None
+    if count < 1 or str(count) != str(threads).strip() and not isinstance(threads, int):
+        raise ValueError(f"threads must be a positive number or 'auto', got {threads!r}")
+    return count
+
+
+@contextlib.contextmanager
+def using_threads(count: int):
+    """Run the block on ``count`` intra-op threads; the previous count is put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(count))
+    try:
+        yield count
+    finally:
+        torch.set_num_threads(before)
