@@ -15,6 +15,7 @@ from torch.distributions import constraints
 
 from pyro_bdl.data.table import Dataset, as_model_kwargs
 from pyro_bdl.data.task import Task
+from pyro_bdl.inference.parallel.devices import move_to
 from pyro_bdl.inference import METHODS
 from pyro_bdl.posterior.inference_data import to_inference_data
 from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
@@ -186,8 +187,13 @@ class FitResult:
         if new_data is None:
             return self.training_predictive
         with self.own_params():
-            return predictive_draws(self.predicting_model, self.samples, self.model_kwargs(new_data),
-                                    self.likelihood_sites)
+            return predictive_draws(self.predicting_model, self.samples,
+                                    move_to(self.model_kwargs(new_data), self.device), self.likelihood_sites)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the fit's draws are (a fit loaded from files: the CPU); new data is moved there to predict."""
+        return next((v.device for v in self.samples.values()), torch.device("cpu"))
 
     def model_kwargs(self, new_data) -> dict:
         """The model's arguments for predicting ``new_data``: a :class:`~pyro_bdl.data.table.Dataset` or a tensor

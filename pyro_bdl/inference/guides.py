@@ -32,6 +32,8 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to, constraints, transforms
 
+from pyro_bdl.storage.checkpoint import kept_rng
+
 __all__ = ["MeanFieldGuide", "PrincipalAxesGuide", "SparseVDGuide", "init_weights", "make_guide", "drop_priors", "GUIDES"]
 
 
@@ -223,7 +225,11 @@ def init_weights(site):
     """Where optimisation starts a weight W (out, in) or kernel K (out, in, k, k): a draw of N(0, 1 / fan_in)
     (random: a symmetric start makes every unit the same; the prior has no draws to start from)."""
     shape = site["fn"].shape()
-    return torch.randn(shape) / math.sqrt(math.prod(shape[1:]))
+    value = site.get("value")
+    if not isinstance(value, torch.Tensor):  # called before the site is sampled: the prior's device, from a draw
+        with kept_rng():  # that moves no random stream
+            value = site["fn"].sample()
+    return torch.randn(shape, device=value.device) / math.sqrt(math.prod(shape[1:]))
 
 
 class SparseVDGuide:

@@ -121,7 +121,7 @@ def run_importance(model, data: dict, *, samples: int, proposal: str, progress: 
     idx = systematic_resample(log_w, samples)
     draws = {n: v[idx].unsqueeze(0) for n, v in values.items()}
     ess = effective_sample_size(log_w)
-    stats = {"log_weight": log_w[idx].unsqueeze(0).numpy()}
+    stats = {"log_weight": log_w[idx].unsqueeze(0).cpu().numpy()}
     info = {"importance_ess": ess, "importance_draws": samples, "proposal": proposal,
             "log_evidence": float(torch.logsumexp(log_w.double(), 0) - np.log(samples))}
     return Draws(draws, sample_stats=stats, info=info)

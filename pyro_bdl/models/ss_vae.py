@@ -82,8 +82,8 @@ def ss_vae(x, y=None, num_classes=None, latent_dim=10, hidden=(200,), aux_weight
     decode = registered("ss_vae.decoder", decoder, latent_dim + C, D, hidden, "mlp", device=x.device)
     classify = registered("ss_vae.classifier", classifier, D, C, hidden, device=x.device)
     labelled, unlabelled = _split(y, x.shape[0])
-    prior_y = dist.Categorical(logits=torch.zeros(C))
-    prior_z = dist.Normal(torch.zeros(latent_dim), 1.0).to_event(1)
+    prior_y = dist.Categorical(logits=torch.zeros(C, device=x.device))
+    prior_z = dist.Normal(torch.zeros(latent_dim, device=x.device), 1.0).to_event(1)
     if len(labelled):
         with pyro.plate("labelled", len(labelled), subsample_size=_batch(len(labelled), batch_size)) as i:
             xl, yl = x[labelled[i]], y[labelled[i]].long()

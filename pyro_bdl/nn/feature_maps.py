@@ -78,11 +78,13 @@ def _random_layers(d_in: int, widths: tuple, seed: int, scale: float) -> tuple:
 
     Float64, from a private torch generator seeded with ``seed`` (the global RNG is untouched).
     """
-    gen = torch.Generator().manual_seed(seed)
+    # drawn on the CPU so that a seed gives the same features on every device; used on the inputs' device
+    host = {"dtype": torch.float64, "device": "cpu"}
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     layers = []
     for fan_in, fan_out in zip((d_in, *widths[:-1]), widths):
-        A = torch.randn(fan_out, fan_in, generator=gen, dtype=torch.float64) * (scale / math.sqrt(fan_in))
-        c = torch.randn(fan_out, generator=gen, dtype=torch.float64) * scale
+        A = torch.randn(fan_out, fan_in, generator=gen, **host) * (scale / math.sqrt(fan_in))
+        c = torch.randn(fan_out, generator=gen, **host) * scale
         layers.append((A, c))
     return tuple(layers)
 
@@ -154,7 +156,7 @@ def _apply(X: torch.Tensor, activation: str, layers) -> torch.Tensor:
     act = ACTIVATIONS[activation]
     h = X
     for A, c in layers:
-        h = act(h @ A.to(X.dtype).T + c.to(X.dtype))  # h_{l+1} = a(A_l h_l + c_l)
+        h = act(h @ A.to(X).T + c.to(X))  # h_{l+1} = a(A_l h_l + c_l)  (A, c on the dtype and device of X)
     return h
 
 

@@ -92,8 +92,9 @@ class LogUniform(dist.TorchDistribution):
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
         low, high = (math.log(v) for v in STAND_IN_RANGE)
-        magnitude = torch.empty(shape, dtype=self._like.dtype).uniform_(low, high).exp()
-        return torch.where(torch.rand(shape) < 0.5, -magnitude, magnitude)
+        like = {"dtype": self._like.dtype, "device": self._like.device}
+        magnitude = torch.empty(shape, **like).uniform_(low, high).exp()
+        return torch.where(torch.rand(shape, device=like["device"]) < 0.5, -magnitude, magnitude)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         return -value.abs().log().expand(torch.broadcast_shapes(value.shape, self.batch_shape))

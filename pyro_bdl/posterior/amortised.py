@@ -104,11 +104,11 @@ def predict(result, data, particles: int | None = None) -> pd.DataFrame:
     fit's setting, so that a fit and its reloaded copy answer alike), its ``log_px_se``, the ``elbo``, and the mean
     and sd of each latent coordinate under q (``z_mean_j``, ``z_sd_j``)."""
     est = estimate_rows(result, data, particles or IS_SAMPLES)
-    table = pd.DataFrame({"log_px": est.log_px.numpy(), "log_px_se": est.log_px_se.numpy(), "elbo": est.elbo.numpy()})
+    table = pd.DataFrame({"log_px": est.log_px.cpu().numpy(), "log_px_se": est.log_px_se.cpu().numpy(), "elbo": est.elbo.cpu().numpy()})
     for name, (mean, sd) in latents(result, data).items():
         for label, value in (("mean", mean), ("sd", sd)):
             for j in range(value.shape[-1]):
-                table[f"{name}_{label}_{j}"] = value[:, j].numpy()
+                table[f"{name}_{label}_{j}"] = value[:, j].cpu().numpy()
     return table
 
 
@@ -126,8 +126,8 @@ def class_probabilities(result, data) -> torch.Tensor:
 def predict_classes(result, data) -> pd.DataFrame:
     """Per row: ``prob_c`` = q(y = c | x) and ``pred``, the most probable class."""
     probs = class_probabilities(result, data)
-    table = pd.DataFrame(probs.numpy(), columns=[f"prob_{c}" for c in range(probs.shape[-1])])
-    table["pred"] = probs.argmax(-1).numpy()
+    table = pd.DataFrame(probs.cpu().numpy(), columns=[f"prob_{c}" for c in range(probs.shape[-1])])
+    table["pred"] = probs.argmax(-1).cpu().numpy()
     return table
 
 
@@ -195,18 +195,18 @@ def plots(result, out: Path, test=None) -> list[str]:
     if side is not None:
         show = X[:16]
         fig, axes = plt.subplots(2, 1, figsize=(8, 2.4))
-        image_grid(axes[0], show.numpy(), side, 16)
-        image_grid(axes[1], reconstruct(result, show).numpy(), side, 16)
+        image_grid(axes[0], show.cpu().numpy(), side, 16)
+        image_grid(axes[1], reconstruct(result, show).cpu().numpy(), side, 16)
         axes[0].set_title("inputs (top) and reconstructions: likelihood mean at the mean of q(z | x)", fontsize=9)
         fig.savefig(out / "reconstructions.png", dpi=100)
         plt.close(fig)
         fig, ax = plt.subplots(figsize=(6, 6))
-        image_grid(ax, simulate(result, 64)["mean"].numpy(), side, 8)
+        image_grid(ax, simulate(result, 64)["mean"].cpu().numpy(), side, 8)
         ax.set_title("new images from the prior (likelihood mean)", fontsize=9)
         fig.savefig(out / "samples.png", dpi=100)
         plt.close(fig)
         written += ["reconstructions.png", "samples.png"]
-    mean = next(iter(latents(result, X).values()))[0].numpy()
+    mean = next(iter(latents(result, X).values()))[0].cpu().numpy()
     axis_names = ["z_0", "z_1"]
     if mean.shape[1] > 2:  # the first two principal axes of the latent means
         centred = mean - mean.mean(0)
@@ -218,7 +218,7 @@ def plots(result, out: Path, test=None) -> list[str]:
     if labels is None:
         ax.scatter(mean[:, 0], mean[:, 1], s=4)
     else:
-        fig.colorbar(ax.scatter(mean[:, 0], mean[:, 1], s=4, c=labels.numpy(), cmap="tab10"), ax=ax, label="label")
+        fig.colorbar(ax.scatter(mean[:, 0], mean[:, 1], s=4, c=labels.cpu().numpy(), cmap="tab10"), ax=ax, label="label")
     ax.set(xlabel=axis_names[0], ylabel=axis_names[1], title="latent means of q(z | x)")
     fig.tight_layout()
     fig.savefig(out / "latent.png", dpi=100)

@@ -37,7 +37,7 @@ def _stored(samples: dict) -> tuple[dict, dict, dict, dict]:
     """The posterior arrays ArviZ gets, their dims and coords, and the dense shape of each site stored sparse."""
     posterior, dims, coords, shapes = {}, {}, {}, {}
     for name, value in samples.items():
-        array = value.detach().double().numpy()
+        array = value.detach().double().cpu().numpy()
         if array.ndim > 2 and array[0, 0].size > 1:
             flat = array.reshape(array.shape[:2] + (-1,))
             kept = np.flatnonzero((flat != 0).any(axis=(0, 1)))
@@ -59,10 +59,10 @@ def to_inference_data(result):
     posterior, dims, coords, sparse = _stored(result.samples)
     observed = [np.asarray(v) for v in pred.observed.values()]
     constant = {  # the model's other tensor arguments (features): not the observed values again
-        k: v.numpy()
+        k: v.cpu().numpy()
         for k, v in result.data.items()
         if hasattr(v, "numpy") and k not in result.likelihood_sites and v.numel() > 0
-        and not any(v.shape == o.shape and np.array_equal(v.numpy(), o) for o in observed)
+        and not any(v.shape == o.shape and np.array_equal(v.cpu().numpy(), o) for o in observed)
     }
     record = result.record
     options = record.options
@@ -115,7 +115,7 @@ def _observed_only(result):
 
     with torch.no_grad(), result.own_params():
         trace = poutine.trace(result.model).get_trace(**result.data)
-    observed = {s: trace.nodes[s]["value"].numpy() for s in result.likelihood_sites}
+    observed = {s: trace.nodes[s]["value"].cpu().numpy() for s in result.likelihood_sites}
     return PredictiveDraws({}, {}, {}, {}, observed, {}, {})
 
 

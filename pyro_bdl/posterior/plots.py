@@ -100,16 +100,16 @@ def draw_predictive_band(result, ax=None, test=None, grid=None, legend: bool = T
         pad = 0.25 * (hi - lo)
         grid = torch.linspace(lo - pad, hi + pad, 300).unsqueeze(-1)
     table = result.predict(grid)
-    x = grid[:, 0].numpy()
+    x = grid[:, 0].cpu().numpy()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     ax.fill_between(x, table["lower"], table["upper"], alpha=0.2, label="94% predictive interval")
     ax.fill_between(x, table["mean"] - 2 * table["epistemic_sd"], table["mean"] + 2 * table["epistemic_sd"],
                     alpha=0.35, label="mean +- 2 epistemic sd")
     ax.plot(x, table["mean"], lw=1.5, label="predictive mean")
-    ax.scatter(train_x.numpy(), train_y.numpy(), s=6, color="k", label="training data")
+    ax.scatter(train_x.cpu().numpy(), train_y.cpu().numpy(), s=6, color="k", label="training data")
     if test is not None:
-        ax.scatter(test.X[:, 0].numpy(), test.y.numpy(), s=10, marker="x", color="C3", label="held out")
+        ax.scatter(test.X[:, 0].cpu().numpy(), test.y.cpu().numpy(), s=10, marker="x", color="C3", label="held out")
     record = result.record
     ax.set(xlabel=record.feature_names[0] if record.feature_names else "x", ylabel=record.target or "y",
            title=f"{record.model} / {result.method}")
@@ -141,7 +141,7 @@ def write_plots(result, idata, out: Path, test=None) -> list[str]:
     if result.task is Task.CLASSIFICATION and test is not None:
         table = result.predict(test)
         probs = table[[c for c in table.columns if c.startswith("prob_")]].to_numpy()
-        ax = plot_reliability(probs, test.y.numpy().astype(int))
+        ax = plot_reliability(probs, test.y.cpu().numpy().astype(int))
         ax.figure.savefig(out / "reliability.png", dpi=100)
         plt.close(ax.figure)
         written.append("reliability.png")

@@ -124,18 +124,18 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
         mean, var, sample = _moments(fn, extra)
 
         def per_draw(t, lead=()):
-            return t.reshape(tuple(lead) + (chains, num) + shape).numpy()
+            return t.reshape(tuple(lead) + (chains, num) + shape).cpu().numpy()
 
         out["mean"][s], out["variance"][s] = per_draw(mean), per_draw(var)
         out["draws"][s] = np.moveaxis(per_draw(sample, (extra,)), 0, 2)
         gaussian[s] = isinstance(fn, dist.Normal)
         if isinstance(fn, dist.Categorical):
-            out["probs"][s] = fn.probs.reshape((chains, num) + tuple(fn.probs.shape[-2:])).numpy()
+            out["probs"][s] = fn.probs.reshape((chains, num) + tuple(fn.probs.shape[-2:])).cpu().numpy()
         if trace.nodes[s]["is_observed"]:
             value = trace.nodes[s]["value"]
             out["log_likelihood"][s] = per_draw(fn.log_prob(value))
-            observed[s] = value.reshape(shape).numpy()
-    deterministic = {name: trace.nodes[name]["value"].reshape((chains, num) + tuple(ref.nodes[name]["value"].shape)).numpy()
+            observed[s] = value.reshape(shape).cpu().numpy()
+    deterministic = {name: trace.nodes[name]["value"].reshape((chains, num) + tuple(ref.nodes[name]["value"].shape)).cpu().numpy()
                      for name in computed}
     return PredictiveDraws(**{key: {s: v for s, v in per_site.items()} for key, per_site in out.items()},
                            observed=observed, gaussian=gaussian, deterministic=deterministic)
@@ -173,10 +173,10 @@ def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> Pred
                     out["probs"][s].append(node["fn"].probs)
                 if node["is_observed"]:
                     out["log_likelihood"][s].append(node["fn"].log_prob(node["value"]))
-                    observed[s] = node["value"].numpy()
+                    observed[s] = node["value"].cpu().numpy()
 
     def stack(values):
-        return torch.stack(values).reshape((chains, num) + values[0].shape).numpy()
+        return torch.stack(values).reshape((chains, num) + values[0].shape).cpu().numpy()
 
     return PredictiveDraws(
         **{key: {s: stack(v) for s, v in per_site.items() if v} for key, per_site in out.items()},

@@ -73,6 +73,10 @@ class Fusion:
         ``tensors`` (contiguous: :func:`contiguous_tensors`), ``compile`` and ``fixed``.  Where fusing fails (or
         the graph is None), ``step`` runs on ``eager`` (the function the graph was traced from, ``(x, *tensors) ->
         outputs``), op by op.  ``stacklevel``: the frame a warning names, 1 for the caller of this method."""
+        if any(t.device.type != "cpu" for t in (*example, *tensors)):
+            # the traced runtimes (the static runtime, inductor on a folded graph) are the CPU's speed path, where
+            # Python's overhead per operation dominates; on an accelerator the steps run op by op
+            return _unfused(step, eager, len(example))
         cache_key = (key, compile)
         if cache_key not in self.steps:
             self.steps[cache_key] = None if self.graph is None else fuse(

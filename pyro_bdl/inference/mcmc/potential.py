@@ -243,7 +243,7 @@ def flat_potential(model, data: dict, chains: int, *, compile: bool = True) -> F
     (the same function, or a ``functools.partial`` of it with equal simple arguments), the same
     non-tensor data, the same data shapes and dtypes and the same number of chains.  A model that reads
     ``pyro.param`` values is not shared (the traced graph holds those values)."""
-    shapes = tuple((k, tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (k, _hashable(v))
+    shapes = tuple((k, tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else (k, _hashable(v))
                    for k, v in sorted(data.items()))
     key = (_model_key(model), shapes, chains, compile)
     potential = _CACHE.get(key)

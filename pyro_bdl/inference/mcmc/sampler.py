@@ -160,7 +160,7 @@ class _Run:
         self.generator.set_state(state["generator"])
         kept = state["theta"].shape[1]
         self.theta[:, :kept] = state["theta"]
-        self.rows = {key: [column.numpy() for column in state["rows"][key].unbind(1)] for key in self.rows}
+        self.rows = {key: [column.cpu().numpy() for column in state["rows"][key].unbind(1)] for key in self.rows}
         self.accept_sum = state["accept_sum"]
 
     def snapshot(self, i: int, generator_state) -> dict:
@@ -205,15 +205,15 @@ class _Run:
             else:
                 self._record(i - self.warmup, stats)
         out = {key: np.stack(value, axis=1) for key, value in self.rows.items()}
-        return Chains(self.theta, out, (self.accept_sum / max(self.samples, 1)).numpy())
+        return Chains(self.theta, out, (self.accept_sum / max(self.samples, 1)).cpu().numpy())
 
     def _record(self, k: int, stats: dict) -> None:
         """Keeps sampling draw ``k``: the chains' point and the draw's statistics."""
         self.theta[:, k] = self.z
         self.accept_sum += stats["accept"].double()
-        self.rows["diverging"].append(stats["diverging"].numpy().copy())
-        self.rows["step_size"].append(self.step_size.numpy().copy())
-        self.rows["n_steps"].append(stats["n_steps"].numpy().copy())
-        self.rows["lp"].append((-self.u).double().numpy().copy())
+        self.rows["diverging"].append(stats["diverging"].cpu().numpy().copy())
+        self.rows["step_size"].append(self.step_size.cpu().numpy().copy())
+        self.rows["n_steps"].append(stats["n_steps"].cpu().numpy().copy())
+        self.rows["lp"].append((-self.u).double().cpu().numpy().copy())
         for key in self.kernel.stats:
-            self.rows[key].append(stats[key].numpy().copy())
+            self.rows[key].append(stats[key].cpu().numpy().copy())

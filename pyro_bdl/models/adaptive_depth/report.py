@@ -114,7 +114,7 @@ def scores(inp: DepthInputs, y: torch.Tensor, threshold: float, rule: str = "mod
                test_compute_saved=out[f"test_{rule}_saved"])
     prob = made["marginal"].prob
     out["test_ll"] = float(prob[torch.arange(len(y)), y].clamp_min(1e-12).log().mean())
-    out["test_ece"] = expected_calibration_error(prob.double().numpy(), y.numpy())
+    out["test_ece"] = expected_calibration_error(prob.double().cpu().numpy(), y.cpu().numpy())
     depth = (posterior_depth(inp, y) * torch.arange(1, inp.logp.shape[1] + 1)).sum(-1)
     right = made["marginal"].pred == y
     for label, rows in (("correct", right), ("wrong", ~right)):
@@ -133,17 +133,17 @@ def predict(result, kwargs: dict, inputs) -> pd.DataFrame:
     options = _settings(result)
     inp = inputs(result, kwargs[result.spec.data.features])
     d = decide(options["rule"], inp.logp, inp.pi, options["threshold"], joint=not inp.learned)
-    table = pd.DataFrame(d.prob.numpy(), columns=[f"prob_{c}" for c in range(d.prob.shape[-1])])
-    table.insert(0, "pred", d.pred.numpy())
-    table.insert(1, "depth", d.depth.numpy())
-    table.insert(2, "blocks", d.blocks.numpy())
-    table["macs"] = inp.macs(d, options["rule"]).numpy()
+    table = pd.DataFrame(d.prob.cpu().numpy(), columns=[f"prob_{c}" for c in range(d.prob.shape[-1])])
+    table.insert(0, "pred", d.pred.cpu().numpy())
+    table.insert(1, "depth", d.depth.cpu().numpy())
+    table.insert(2, "blocks", d.blocks.cpu().numpy())
+    table["macs"] = inp.macs(d, options["rule"]).cpu().numpy()
     post = posterior_depth(inp, d.pred)
     for l in range(post.shape[-1]):
-        table[f"post_depth_{l + 1}"] = post[:, l].numpy()
+        table[f"post_depth_{l + 1}"] = post[:, l].cpu().numpy()
     if inp.learned:
         for l in range(post.shape[-1]):
-            table[f"q_depth_{l + 1}"] = inp.pi[:, l].numpy()
+            table[f"q_depth_{l + 1}"] = inp.pi[:, l].cpu().numpy()
     return table
 
 
@@ -166,5 +166,5 @@ def report(result, inputs) -> dict:
     loglik = inp.logp[torch.arange(len(y)), :, y].double().sum(0) + inp.prior.double().log()
     return {"train_accuracy": float((d.pred == y).double().mean()), "train_mean_blocks": float(d.blocks.double().mean()),
             "train_posterior_depth": float((post * torch.arange(1, post.shape[-1] + 1)).sum(-1).mean()),
-            "depth_posterior": np.round(inp.pi.double().mean(0).numpy(), 4).tolist(),
-            "global_depth_posterior": np.round(torch.softmax(loglik, 0).numpy(), 4).tolist()}
+            "depth_posterior": np.round(inp.pi.double().mean(0).cpu().numpy(), 4).tolist(),
+            "global_depth_posterior": np.round(torch.softmax(loglik, 0).cpu().numpy(), 4).tolist()}

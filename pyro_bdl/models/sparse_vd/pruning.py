@@ -113,7 +113,7 @@ def dense_result(result, samples: int | None = None):
     num = samples or result.num_draws
     draws = dict(result.samples)
     for name, (loc, scale) in factors.items():
-        draws[name] = (loc + scale * torch.randn((num,) + tuple(loc.shape), dtype=loc.dtype)).unsqueeze(0)
+        draws[name] = (loc + scale * torch.randn((num,) + tuple(loc.shape), dtype=loc.dtype, device=loc.device)).unsqueeze(0)
     out = dataclasses.replace(result, samples=draws, report={})
     for cached in ("training_predictive", "_idata"):
         out.__dict__.pop(cached, None)
@@ -145,7 +145,7 @@ def plot_log_alpha(log_alphas: dict, threshold: float, path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(log_alphas), figsize=(3.2 * len(log_alphas), 3), squeeze=False)
     for ax, (name, la) in zip(axes[0], log_alphas.items()):
-        values = la.flatten().clamp(-12, 12).numpy()
+        values = la.flatten().clamp(-12, 12).cpu().numpy()
         kept = float((la <= threshold).float().mean())
         ax.hist(values, bins=60, color="C0")
         ax.axvline(threshold, color="C3", lw=1, label=f"threshold {threshold:g}")
@@ -175,11 +175,11 @@ def plot_first_layer(weight: torch.Tensor, path: Path, units: int = 32) -> None:
     fig = plt.figure(figsize=(4 + 1.1 * cols, max(3.5, 1.1 * rows)))
     grid = fig.add_gridspec(rows, cols + 3)
     ax = fig.add_subplot(grid[:, :3])
-    image = ax.imshow(kept.sum(0).reshape(side, side).numpy(), cmap="viridis")
+    image = ax.imshow(kept.sum(0).reshape(side, side).cpu().numpy(), cmap="viridis")
     fig.colorbar(image, ax=ax, shrink=0.7)
     ax.set(title=f"kept weights per input pixel\n({int(kept.sum())} of {kept.numel()})", xticks=[], yticks=[])
     for k, unit in enumerate(order.tolist()):
-        w = weight[unit].reshape(side, side).numpy()
+        w = weight[unit].reshape(side, side).cpu().numpy()
         scale = float(np.abs(w).max()) or 1.0
         sub = fig.add_subplot(grid[k // cols, 3 + k % cols])
         sub.imshow(w, cmap="RdBu_r", vmin=-scale, vmax=scale)
