@@ -163,16 +163,11 @@ def fit(
     checkpoint : a file to save progress in (SVI, MAP, MLE: every 500 steps and on Ctrl-C;
         MCMC: after every chain).  If it holds a checkpoint of the same run, the fit resumes
         from it; it is deleted when the fit completes.
-    device : where the fit runs: ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ``"mps"``; the data, the model's
-        and guide's parameters and the sampler's state live there (:mod:`pyro_bdl.inference.parallel.devices`).
-        Under ``torchrun``, ``"cuda"`` means each process's own GPU (``cuda:LOCAL_RANK``).
-    threads : torch's intra-op threads for the fit: ``"auto"`` (one, unless the model's largest operation is
-        large enough to gain from more and cores are free: :mod:`pyro_bdl.inference.parallel.threads`) or a
-        number; the count before the fit is put back after it.
-
-    Under ``torchrun`` (or ``pyro-bdl fit --nproc N``), the processes share the work: the optimisation methods
-    split each minibatch over them (data-parallel), ``ensemble`` its members and ``nuts`` / ``hmc`` their chains
-    (:mod:`pyro_bdl.inference.parallel.processes`); every process returns the whole result.
+    device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ``"mps"``: where the data, the parameters and the
+        sampler's state live (under ``torchrun``, ``"cuda"`` is each process's own GPU).
+    threads : torch's threads for the fit: ``"auto"`` (one unless the model's operations are large and cores are
+        free, :mod:`pyro_bdl.inference.parallel.threads`) or a number; the count before is put back after.
+    Under ``torchrun``, the processes share the work (:mod:`pyro_bdl.inference.parallel.processes`).
     **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
         ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`).
 
@@ -196,12 +191,7 @@ def fit(
     inference = inference or (spec.default_method if spec is not None else DEFAULT_METHOD)
     plan = resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
-    device = resolve_device(device)
-    group = current_group()
-    _check_processes(plan.method, group)
-    if group.distributed and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", group.local_rank % torch.cuda.device_count())
-    resolve_threads(threads, 0.0)  # a bad value fails before any work
+    device, group = _placement(plan.method, device, threads)
     prepared = _prepare(model, data, target, options, device)
     _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
     nan_check_kwargs(prepared.kwargs)
@@ -209,9 +199,7 @@ def fit(
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
     observed = _checked_sites(prepared.model, prepared.kwargs)
-    with kept_rng():  # the estimate's draws do not move the fit's random streams
-        work = largest_op(prepared.model, prepared.kwargs, resolved.get("batch_size"))
-    count = resolve_threads(threads, work, processes=group.local_world)
+    count = _thread_count(threads, prepared, resolved, group)
     record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
                           prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
     record.runs_on = {"device": str(device), "threads": count, "processes": group.world}
@@ -225,12 +213,30 @@ def fit(
         record.wall_seconds = time.perf_counter() - start
         result = _result(prepared, draws, observed, inference, record)
         _diagnose(result, plan.method.family)
-        if spec is not None and spec.hooks.report is not None:
-            result.report = spec.hooks.report(result)
-            result.info.update(result.report)
     if saver is not None and group.main:
         saver.clear()
     return result
+
+
+def _placement(method, device, threads):
+    """Where the fit runs: the device (under ``torchrun``, ``cuda`` is each process's own GPU) and the launch's
+    :class:`~pyro_bdl.inference.parallel.processes.ProcessGroup`; a device, thread count or launch that cannot be
+    fails here, before any work."""
+    device = resolve_device(device)
+    group = current_group()
+    _check_processes(method, group)
+    if group.distributed and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", group.local_rank % torch.cuda.device_count())
+    resolve_threads(threads, 0.0)
+    return device, group
+
+
+def _thread_count(threads, prepared: _Prepared, resolved: dict, group) -> int:
+    """``threads`` as a count: for ``"auto"``, chosen from the model's largest operation (one trace of it, whose
+    draws move none of the fit's random streams) and the cores this process shares."""
+    with kept_rng():
+        work = largest_op(prepared.model, prepared.kwargs, resolved.get("batch_size"))
+    return resolve_threads(threads, work, processes=group.local_world)
 
 
 def _check_processes(method, group) -> None:
@@ -307,6 +313,9 @@ def _diagnose(result: FitResult, family: str) -> None:
         result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
     if family == "importance":
         result.info.update(importance_report(result.info["importance_ess"], result.info["importance_draws"]))
+    if result.spec is not None and result.spec.hooks.report is not None:  # what the model reports of itself
+        result.report = result.spec.hooks.report(result)
+        result.info.update(result.report)
     for name, value in result.samples.items():
         if not torch.isfinite(value).all():
             warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)

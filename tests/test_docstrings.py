@@ -26,6 +26,8 @@ DOCUMENTED = [
     "pyro_bdl.inference.marginal", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
     "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.studies.gap",
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
+    "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
+    "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
@@ -41,6 +43,7 @@ INTERNAL = [
     "pyro_bdl.inference.mcmc.draws",
     "pyro_bdl.data", "pyro_bdl.storage", "pyro_bdl.nn", "pyro_bdl.posterior", "pyro_bdl.studies",
     "pyro_bdl.models.adaptive_depth", "pyro_bdl.models.last_layer", "pyro_bdl.models.sparse_vd",
+    "pyro_bdl.inference.parallel",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).
 FLAGGED = {"pyro_bdl.posterior.evaluation", "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.result"}

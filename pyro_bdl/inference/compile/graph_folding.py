@@ -72,7 +72,9 @@ def _value(node: fx.Node, known: dict):
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or not _safe(node.target):
         return None
-    shape, like = tuple(val.shape), {"dtype": val.dtype, "device": val.device}
+    # the traced values are meta tensors (shapes only); folding computes real ones, on the CPU: the traced runtimes
+    # run there alone (Fusion.fuse runs an accelerator's steps op by op)
+    shape, like = tuple(val.shape), {"dtype": val.dtype, "device": "cpu"}
     if node.target in _ZEROS:
         return torch.zeros(shape, **like)
     if node.target in _ONES:
