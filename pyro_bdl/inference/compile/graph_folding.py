@@ -87,7 +87,7 @@ def _value(node: fx.Node, known: dict):
         return None
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: known[a])
     out = node.target(*args, **kwargs)
-    if not isinstance(out, torch.Tensor) or out.shape != val.shape or out.dtype != dtype:
+    if not isinstance(out, torch.Tensor) or out.shape != val.shape or out.dtype != val.dtype:
         return None
     return out.clone()
 
