@@ -361,3 +361,19 @@ def test_import_time_times_both_trees_and_names_no_heavy_module(tmp_path):
     lines = [line for line in out.splitlines() if "median" in line]
     assert len(lines) == 4 and all(line.endswith("heavy modules loaded: none") for line in lines), out
     assert out.count("ratio this tree / reference") == 2
+
+
+def test_threads_benchmark_prints_its_table(tmp_path):
+    out = run_script("benchmarks/threads.py", "--quick", cwd=tmp_path)
+    assert out.count("| bnn-regressor") == 2 and out.count("| vae") == 2  # alone and beside a busy process
+
+
+def test_data_parallel_benchmark_prints_one_and_two_processes(tmp_path):
+    out = run_script("benchmarks/data_parallel.py", "--quick", cwd=tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| vae") or line.startswith("| bnn")]
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "1", "2"]
+
+
+def test_gpu_check_runs_or_says_there_is_no_gpu(tmp_path):
+    out = run_script("benchmarks/gpu_check.py", cwd=tmp_path)
+    assert "no CUDA GPU" in out or "OK " in out

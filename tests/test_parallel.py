@@ -15,6 +15,9 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -220,3 +223,33 @@ def test_a_gpu_fit_loads_and_predicts_on_the_cpu(tmp_path, model, method):
     write_fit(result, tmp_path / "fit")
     loaded = load_fit(tmp_path / "fit")
     assert all(v.device.type == "cpu" for v in loaded.samples.values())
+
+
+_INTERRUPT = {"at": None, "calls": 0}
+
+
+def _interruptible(y):
+    """A model that raises KeyboardInterrupt at its ``_INTERRUPT["at"]``-th call: inside an SVI step, after the
+    guide has drawn, as Ctrl-C arrives while a process of a launch waits on the all-reduce."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    _INTERRUPT["calls"] += 1
+    if _INTERRUPT["calls"] == _INTERRUPT["at"]:
+        raise KeyboardInterrupt
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+
+def test_an_interrupt_inside_a_step_resumes_to_the_uninterrupted_run(tmp_path):
+    y = torch.linspace(-1.0, 3.0, 20)
+    settings = {"inference": "svi", "steps": 60, "samples": 20, "progress": False, "seed": 4}
+    _INTERRUPT.update(at=None, calls=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = pyro_bdl.fit(_interruptible, {"y": y}, **settings)
+        _INTERRUPT.update(at=40, calls=0)  # the model runs a few times before the first step: well inside the run
+        with pytest.raises(KeyboardInterrupt):
+            pyro_bdl.fit(_interruptible, {"y": y}, checkpoint=tmp_path / "ck.pt", **settings)
+        _INTERRUPT.update(at=None, calls=0)
+        resumed = pyro_bdl.fit(_interruptible, {"y": y}, checkpoint=tmp_path / "ck.pt", **settings)
+    assert np.array_equal(whole.losses, resumed.losses)
+    assert torch.equal(whole.samples["mu"], resumed.samples["mu"])

@@ -170,6 +170,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
         with kept_rng():
             loss.differentiable_loss(model, guide, **data)
     snapshot = None  # (step, the parameters) at the last snapshot
+    before = None  # the random streams before the step under way (None: between steps)
     with tqdm(total=steps, initial=len(losses), desc=desc, disable=not progress, mininterval=0.5) as bar:
         try:
             for step in range(len(losses), steps):
@@ -178,6 +179,9 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                 unchecked = pyro.validation_enabled(False) if step > first else contextlib.nullcontext()
                 if schedule is not None:
                     schedule(step)
+                # the random streams before this step: an interrupt inside it (in a launch, most likely while
+                # waiting on the all-reduce) saves these, so the resumed run redraws what the step drew
+                before = rng_state() if checkpoint is not None else None
                 try:
                     with unchecked:
                         value = svi.step(**data)
@@ -186,6 +190,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                         raise
                     value = float("nan")
                 losses.append(value)
+                before = None  # the step is done: the streams as they are now
                 if not math.isfinite(value):
                     restored = _restore_if_broken(snapshot)
                     warnings.warn(
@@ -210,7 +215,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                     break
         except KeyboardInterrupt:
             if checkpoint is not None:
-                _save(checkpoint, optim, losses, monitor)
+                _save(checkpoint, optim, losses, monitor, rng=before)
             raise
     return np.asarray(losses, dtype=float)
 
@@ -248,12 +253,12 @@ def _restore_if_broken(snapshot) -> int | None:
     return step
 
 
-def _save(checkpoint, optim, losses, monitor=None) -> None:
+def _save(checkpoint, optim, losses, monitor=None, rng=None) -> None:
     checkpoint.save({
-        "losses": torch.tensor(losses, dtype=torch.float64),
+        "losses": torch.tensor(losses, dtype=torch.float64, device="cpu"),  # host-side
         "params": store_values(),
         "optim": optim.get_state(),
-        "rng": rng_state(),  # torch, numpy, Python: the minibatches and draws still to come
+        "rng": rng if rng is not None else rng_state(),  # torch, numpy, Python: the minibatches and draws to come
         **({"monitor": monitor.state()} if monitor is not None else {}),
     })
 
