@@ -196,11 +196,23 @@ class _FactorySpy(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("model, method", [("blr", "nuts"), ("bnn-regressor", "svi"), ("bnn-regressor", "ensemble"),
-                                           ("bnn-regressor", "mc-dropout"), ("vae", "svi-amortised"),
-                                           ("bnn-regressor", "laplace-ggn"), ("coin", "importance"),
-                                           ("ss-vae", "svi-amortised"), ("sparse-vd", "svi-meanfield"),
-                                           ("last-layer", "nuts")])
+def _device_cases() -> list:
+    """From the registry: every model with its default method, and every method on the first model it suits;
+    NUTS and HMC on the networks left out (minutes at the quick settings; their sampler runs on blr)."""
+    from pyro_bdl.inference import METHODS
+    from pyro_bdl.registry import list_models
+
+    slow = {spec.name for spec in list_models() if "network" in spec.inference.traits}
+    cases = {(spec.name, spec.default_method) for spec in list_models()}
+    for name in METHODS:
+        suited = [spec.name for spec in list_models() if name in spec.methods]
+        if suited and not any(method == name for _, method in cases):
+            cases.add((suited[0], name))
+    return sorted((model, method) for model, method in cases
+                  if not (model in slow and get_method(method).family == "mcmc"))
+
+
+@pytest.mark.parametrize("model, method", _device_cases())
 def test_the_engine_makes_no_tensor_on_a_fixed_device(model, method):
     from pyro_bdl.data.embedded import load
 

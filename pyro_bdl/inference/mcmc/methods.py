@@ -110,7 +110,7 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
         mcmc.run(**data)
         done.append({
             "samples": {k: v.detach() for k, v in mcmc.get_samples().items()},
-            "stats": {k: torch.as_tensor(v) for k, v in recorder.stats().items()},
+            "stats": {k: torch.as_tensor(v, device="cpu") for k, v in recorder.stats().items()},  # host-side
             "accept": recorder.mean_accept_prob,
         })
         if checkpoint is not None:

@@ -54,7 +54,7 @@ class Decision(NamedTuple):
 
 
 def _at(logp: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
-    return logp[torch.arange(logp.shape[0]), depth - 1].exp()
+    return logp[torch.arange(logp.shape[0], device=logp.device), depth - 1].exp()
 
 
 def _answer(logp, depth, blocks, heads) -> Decision:
@@ -66,7 +66,7 @@ def decide(rule: str, logp: torch.Tensor, pi: torch.Tensor, threshold: float = 0
            seed: int = 0) -> Decision:
     """Apply ``rule`` (one of :data:`RULES`) to ``logp`` (n, L, C) and ``pi`` (n, L); ``seed`` for ``sample``."""
     n, L, _ = logp.shape
-    ones = torch.ones(n, dtype=torch.long)
+    ones = torch.ones(n, dtype=torch.long, device=logp.device)
     if rule == "marginal":
         prob = (pi.unsqueeze(-1) * logp.exp()).sum(-2)
         return Decision(prob.argmax(-1), L * ones, L * ones, L * ones, prob)
@@ -84,9 +84,9 @@ def decide(rule: str, logp: torch.Tensor, pi: torch.Tensor, threshold: float = 0
             return _answer(logp, depth, depth, ones)
         score = logp.max(-1).values + log_pi                     # max_y log p(y, z = l | x), (n, L)
         best = score.cummax(-1).values                            # m_l
-        tail = torch.cat([log_pi.flip(-1).cummax(-1).values.flip(-1)[:, 1:], torch.full((n, 1), -torch.inf)], -1)
+        tail = torch.cat([log_pi.flip(-1).cummax(-1).values.flip(-1)[:, 1:], torch.full((n, 1), -torch.inf, device=logp.device)], -1)
         blocks = (best >= tail).long().argmax(-1) + 1             # the first l at which m_l is final
-        run = torch.arange(1, L + 1) <= blocks.unsqueeze(-1)
+        run = torch.arange(1, L + 1, device=logp.device) <= blocks.unsqueeze(-1)
         depth = score.masked_fill(~run, -torch.inf).argmax(-1) + 1
         return _answer(logp, depth, blocks, blocks)
     raise ValueError(f"unknown decision rule {rule!r}; choose one of: {', '.join(RULES)}")

@@ -88,7 +88,7 @@ def adaptive_depth_resnet(x, y=None, num_classes=None, width=32, blocks=4, prior
                           batch_size=None):
     """``x``: (n, D) inputs; ``y``: (n,) labels 0..C-1 or None (then simulated). Returns y."""
     _check(prior, rate, depth, estimator, temperature)
-    net, p_z = heads_network(x, num_classes, width, blocks), depth_prior(blocks, prior, rate)
+    net, p_z = heads_network(x, num_classes, width, blocks), depth_prior(blocks, prior, rate, x.device)
     if depth == "global":  # one depth for every row (DUN); its guide enumerates q(z)
         z = pyro.sample("depth", dist.Categorical(p_z))
     with pyro.plate("data", x.shape[0], subsample_size=batch_size):
@@ -100,7 +100,7 @@ def adaptive_depth_resnet(x, y=None, num_classes=None, width=32, blocks=4, prior
             if depth == "per-example":  # z_i ~ p(z), summed out (exact) or drawn by the guide (score)
                 z = pyro.sample("depth", dist.Categorical(p_z),
                                 infer={"enumerate": "parallel"} if estimator == "exact" else {})
-            logits = logp[torch.arange(logp.shape[0]), z]  # the head at depth z + 1 (z counts from 0)
+            logits = logp[torch.arange(logp.shape[0], device=logp.device), z]  # the head at depth z + 1 (z counts from 0)
         obs = None if y is None else pyro.subsample(y, event_dim=0).long()
         return pyro.sample("y", dist.Categorical(logits=logits), obs=obs)
 
@@ -115,14 +115,14 @@ def depth_guide(x, y=None, num_classes=None, width=32, blocks=4, prior="geometri
     """q(z) for a global depth (enumerated); nothing for ``exact``; q(z | x) from H_1 for ``score``/``relaxed``."""
     _check(prior, rate, depth, estimator, temperature)
     if depth == "global":
-        q = pyro.param("adaptive_depth.q_depth", lambda: torch.zeros(int(blocks)))
+        q = pyro.param("adaptive_depth.q_depth", lambda: torch.zeros(int(blocks), device=x.device))
         pyro.sample("depth", dist.Categorical(logits=q), infer={"enumerate": "parallel"})
         return
     if estimator == "exact":
         return
     with poutine.block():  # the network's features are read, not trained, by the guide
         net = heads_network(x, num_classes, width, blocks)
-    guide_net = guide_network(width, blocks)
+    guide_net = guide_network(width, blocks, x.device)
     with pyro.plate("data", x.shape[0], subsample_size=batch_size):
         logits = guide_net(net.features(pyro.subsample(x, event_dim=1)).detach())
         if estimator == "score":

@@ -88,9 +88,9 @@ def guide_multiply_adds(width: int, blocks: int, hidden: int = 16) -> int:
     return width * hidden + hidden * blocks
 
 
-def depth_prior(blocks: int, prior: str = "geometric", rate: float = 0.5) -> torch.Tensor:
+def depth_prior(blocks: int, prior: str = "geometric", rate: float = 0.5, device=None) -> torch.Tensor:
     """p(z = l), l = 1..L, as a tensor (L,): ``geometric`` (1 - rate)^(l - 1), ``power`` l^-rate, normalised."""
-    l = torch.arange(1, int(blocks) + 1, dtype=torch.float32)
+    l = torch.arange(1, int(blocks) + 1, dtype=torch.float32, device=device)
     weights = (1.0 - rate) ** (l - 1) if prior == "geometric" else l ** -float(rate)
     return weights / weights.sum()
 
@@ -101,6 +101,6 @@ def heads_network(x: torch.Tensor, num_classes: int, width: int, blocks: int) ->
                       device=x.device)
 
 
-def guide_network(width: int, blocks: int) -> DepthGuide:
-    """The :class:`DepthGuide`, registered with Pyro as ``adaptive_depth.guide``."""
-    return registered("adaptive_depth.guide", DepthGuide, int(width), int(blocks))
+def guide_network(width: int, blocks: int, device=None) -> DepthGuide:
+    """The :class:`DepthGuide`, registered with Pyro as ``adaptive_depth.guide``, on ``device`` (the data's)."""
+    return registered("adaptive_depth.guide", DepthGuide, int(width), int(blocks), device=device)

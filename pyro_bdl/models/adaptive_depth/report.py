@@ -73,21 +73,21 @@ def depth_inputs(result, x: torch.Tensor) -> DepthInputs:
     W, L = int(o["width"]), int(o["blocks"])
     with result.own_params():
         net = heads_network(x, o["num_classes"], W, L)
-        logp, prior = torch.log_softmax(net(x), -1), depth_prior(L, o["prior"], o["rate"])
+        logp, prior = torch.log_softmax(net(x), -1), depth_prior(L, o["prior"], o["rate"], x.device)
         pi, learned, guide_macs = prior.expand(len(x), L), True, 0
         if o["depth"] == "global":
             pi = torch.softmax(pyro.param("adaptive_depth.q_depth"), -1).expand(len(x), L)
         elif o["estimator"] == "exact":
             learned = False
         else:
-            pi = torch.softmax(guide_network(W, L)(net.features(x)), -1)
+            pi = torch.softmax(guide_network(W, L, x.device)(net.features(x)), -1)
             guide_macs = guide_multiply_adds(W, L)
     return DepthInputs(logp, pi, prior, learned, W, guide_macs, x.shape[-1])
 
 
 def posterior_depth(inp: DepthInputs, y: torch.Tensor) -> torch.Tensor:
     """p(z = l | x, y) (n, L), exact: proportional to p(z = l) p(y | x, z = l)."""
-    logp_y = inp.logp[torch.arange(len(y)), :, y.long()]
+    logp_y = inp.logp[torch.arange(len(y), device=y.device), :, y.long()]
     return torch.softmax(logp_y + inp.prior.log(), -1)
 
 
@@ -163,8 +163,8 @@ def report(result, inputs) -> dict:
     inp = inputs(result, x)
     d = decide(options["rule"], inp.logp, inp.pi, options["threshold"], joint=not inp.learned)
     post = posterior_depth(inp, y)
-    loglik = inp.logp[torch.arange(len(y)), :, y].double().sum(0) + inp.prior.double().log()
+    loglik = inp.logp[torch.arange(len(y), device=y.device), :, y].double().sum(0) + inp.prior.double().log()
     return {"train_accuracy": float((d.pred == y).double().mean()), "train_mean_blocks": float(d.blocks.double().mean()),
-            "train_posterior_depth": float((post * torch.arange(1, post.shape[-1] + 1)).sum(-1).mean()),
+            "train_posterior_depth": float((post * torch.arange(1, post.shape[-1] + 1, device=post.device)).sum(-1).mean()),
             "depth_posterior": np.round(inp.pi.double().mean(0).cpu().numpy(), 4).tolist(),
             "global_depth_posterior": np.round(torch.softmax(loglik, 0).cpu().numpy(), 4).tolist()}
