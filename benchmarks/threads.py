@@ -39,7 +39,7 @@ def _cases(quick: bool) -> dict:
 
         vae_data, vae_name = mnist_split(MNIST)[0], "vae, MNIST 8k, 784-400-50, batch 128"
     else:
-        vae_data, vae_name = "digits", "vae, digits, 64-400-50, batch 128"
+        vae_data, vae_name = "digits-01", "vae, digits (pixels in [0, 1]), 64-400-50, batch 128"
     steps = 20 if quick else 150
     return {
         "bnn-regressor, 1-50-1, 200 rows": ("bnn-regressor", None, "svi", {"steps": steps, "samples": 10}, {}),
