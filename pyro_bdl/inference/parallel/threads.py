@@ -3,7 +3,7 @@
 torch's default, one intra-op thread per core, suits large operations on an idle machine.  A Bayesian model's
 operations are mostly small (a network of a few thousand weights, a sampler's vector of a few dozen
 coordinates): split over threads they gain nothing alone, and beside another busy process the threads wait on
-each other, 5-50x slower than one thread (benchmarks/RESULTS.md, "Threads").  ``threads="auto"`` therefore
+each other and run several times slower than one thread (benchmarks/RESULTS.md, "Threads").  ``threads="auto"`` therefore
 chooses one thread, and more only where the largest operation of a step is large enough to gain
 (:data:`MIN_WORK_PER_THREAD` multiply-adds per thread) and cores are free (the 1-minute load average).
 
@@ -27,9 +27,8 @@ from pyro import poutine
 __all__ = ["MIN_WORK_PER_THREAD", "available_cores", "choose_threads", "largest_op", "resolve_threads",
            "using_threads"]
 
-#: The multiply-adds of one operation below which a second thread does not pay: on this machine's 2 cores
-#: (benchmarks/threads.py) a (rows x k) @ (k x m) product with its backward pass gains 1.0x at 1.6e6, 1.4x at
-#: 6.4e6 and 1.6-1.8x from 4e7 multiply-adds, on an idle machine.
+#: The multiply-adds of one operation below which a second thread does not pay, even on an idle machine
+#: (benchmarks/RESULTS.md, "Threads").
 MIN_WORK_PER_THREAD = 1e7
 
 
