@@ -100,8 +100,10 @@ def test_ensemble_members_split_over_processes_are_the_one_process_members(one_a
 def test_vae_agrees_with_one_process_in_distribution(one_and_two):
     one, (two, _) = one_and_two
     last1, last2 = one["vae.losses"][-20:], two["vae.losses"][-20:]
-    spread = float(torch.cat([last1, last2]).std())  # minibatch-to-minibatch noise of the loss
-    assert abs(float(last1.mean() - last2.mean())) < 4 * spread / 20 ** 0.5 + 0.02 * float(last1.mean().abs())
+    # the losses of the last 20 minibatches (still falling: their spread overstates the noise, a conservative
+    # scale); measured: the means differ by 166 nats of about 44,400, four standard errors are 420
+    spread = float(torch.cat([last1, last2]).std())
+    assert abs(float(last1.mean() - last2.mean())) < 4 * spread / 20 ** 0.5
 
 
 def test_nuts_chains_split_over_processes_are_the_blocks_one_process_runs(one_and_two, monkeypatch):
