@@ -162,6 +162,9 @@ def _launch(args) -> int:
     if method is not None and method.processes is None:
         raise ValueError(f"inference '{args.inference}' does not run on several processes; those that do: "
                          f"{', '.join(processes_methods())}")
+    if method is not None and method.processes == "data" and not get_model(args.model).minibatches:
+        raise ValueError(f"model '{args.model}' has no batch_size argument to split its data by: "
+                         f"'{args.inference}' cannot run data-parallel on it; drop --nproc")
     if current_group().distributed:
         raise ValueError("--nproc inside a torchrun launch: the processes are already started; drop --nproc")
     check_out_dir(args.out, force=args.force)

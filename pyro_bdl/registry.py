@@ -35,25 +35,10 @@ import pyro
 
 from pyro_bdl.data.embedded import load
 from pyro_bdl.data.task import Task
-from pyro_bdl.inference.base import latent_sites
+from pyro_bdl.inference.base import latent_sites, takes_minibatches
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method
 
 __all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
-
-
-def takes_minibatches(model: Callable) -> bool:
-    """Whether ``model`` subsamples its data: it takes a ``batch_size`` argument (as the networks do, for
-    ``pyro.plate(..., subsample_size=batch_size)``) or any keyword.  True when no signature can be read
-    (the model then decides).
-
-    >>> takes_minibatches(lambda X, y=None, batch_size=None: None), takes_minibatches(lambda X, y=None: None)
-    (True, False)
-    """
-    try:
-        params = inspect.signature(model).parameters
-    except (TypeError, ValueError):  # no signature to read (some builtins and C callables)
-        return True
-    return "batch_size" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def choice(name: str, choices) -> Callable[[str], str]:

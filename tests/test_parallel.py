@@ -26,6 +26,7 @@ import pyro_bdl
 from pyro_bdl.cli import main
 from pyro_bdl.inference import get_method
 from pyro_bdl.inference.parallel import choose_threads, resolve_device
+from pyro_bdl.inference.parallel.threads import resolve_threads
 from pyro_bdl.inference.parallel.processes import ProcessGroup, my_share, shard_sizes
 
 RUNS = {  # name -> (model, method, settings)
@@ -134,6 +135,10 @@ def test_threads_chosen_from_the_work():
     assert choose_threads(1e9, cores=8, load=0.0, processes=2) == 4  # cores shared by the launch's processes
     with pytest.raises(ValueError, match="threads"):
         pyro_bdl.fit("blr", inference="map", threads="many", progress=False, steps=2000)
+    for bad in (0, 2.5, True, "1.5"):
+        with pytest.raises(ValueError, match="threads"):
+            resolve_threads(bad, 0.0)
+    assert resolve_threads(" 3", 0.0) == 3 and resolve_threads("auto", 0.0) == 1
 
 
 def test_metrics_say_where_the_fit_ran(tmp_path):
@@ -164,6 +169,7 @@ def test_a_device_that_is_not_there(device, message):
     (["--nproc", "0"], "--nproc must be at least 1"),
     (["--nproc", "2", "-i", "laplace"], "does not run on several processes"),
     (["--device", "cuda:9"], "not available"),
+    (["--nproc", "2", "-i", "svi"], "no batch_size argument"),  # blr: refused before any process starts
 ])
 def test_cli_refuses_bad_launches(tmp_path, capsys, argv, message):
     out = tmp_path / "fit"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -13,7 +14,7 @@ from pyro.poutine.util import site_is_subsample
 from pyro_bdl.inference.pyro_internals import is_deterministic
 
 __all__ = ["ConvergenceWarning", "Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
-           "model_params"]
+           "model_params", "takes_minibatches"]
 
 
 def as_flag(value) -> bool:
@@ -127,3 +128,18 @@ def model_params(model, data: dict) -> dict:
 
 class ConvergenceWarning(UserWarning):
     """A fit finished but its diagnostics say the result should not be trusted."""
+
+
+def takes_minibatches(model: Callable) -> bool:
+    """Whether ``model`` subsamples its data: it takes a ``batch_size`` argument (as the networks do, for
+    ``pyro.plate(..., subsample_size=batch_size)``) or any keyword.  True when no signature can be read
+    (the model then decides).
+
+    >>> takes_minibatches(lambda X, y=None, batch_size=None: None), takes_minibatches(lambda X, y=None: None)
+    (True, False)
+    """
+    try:
+        params = inspect.signature(model).parameters
+    except (TypeError, ValueError):  # no signature to read (some builtins and C callables)
+        return True
+    return "batch_size" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

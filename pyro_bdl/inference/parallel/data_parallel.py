@@ -15,31 +15,23 @@ Example (one process: nothing to split; under ``torchrun`` the same code splits)
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from pyro import poutine
 from pyro.infer.util import torch_item
 from pyro.poutine.subsample_messenger import _Subsample
 
-from pyro_bdl.storage.checkpoint import kept_rng
+from pyro_bdl.inference.base import takes_minibatches
 from pyro_bdl.inference.parallel.processes import (
     ProcessGroup,
     ShardedPlates,
     all_reduce_gradients,
     broadcast_,
-    mean_over_processes,
+    weighted_sum_over_processes,
     shard_sizes,
 )
+from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["DataParallel", "rows_per_step"]
-
-
-def _takes_batch_size(model) -> bool:
-    try:
-        return "batch_size" in inspect.signature(model).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 @torch.no_grad()
@@ -64,7 +56,7 @@ class DataParallel:
     between the backward pass and the update (:class:`pyro_bdl.inference.svi.SVI`)."""
 
     def __init__(self, group: ProcessGroup, model, guide, data: dict):
-        if not _takes_batch_size(model):
+        if not takes_minibatches(model):
             raise ValueError("data-parallel fitting needs a model with a batch_size argument that subsamples its "
                              "data plate (pyro.plate(..., subsample_size=batch_size)), as the zoo's networks have")
         total = rows_per_step(model, data)
@@ -86,4 +78,4 @@ class DataParallel:
             broadcast_(params)
             self._synced = True
         all_reduce_gradients(params, self.weight)
-        return mean_over_processes(torch_item(loss), self.weight, like=params[0] if params else None)
+        return weighted_sum_over_processes(torch_item(loss), self.weight, like=params[0] if params else None)

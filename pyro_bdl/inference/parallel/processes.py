@@ -35,7 +35,7 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.subsample_messenger import _Subsample
 
 __all__ = ["ProcessGroup", "ShardedPlates", "all_reduce_gradients", "current_group", "gather_rows", "join",
-           "leave", "mean_over_processes", "my_share", "shard_sizes"]
+           "leave", "weighted_sum_over_processes", "my_share", "shard_sizes", "broadcast_"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def all_reduce_gradients(params, weight: float) -> None:
         offset += n
 
 
-def mean_over_processes(value: float, weight: float, like: torch.Tensor | None = None) -> float:
+def weighted_sum_over_processes(value: float, weight: float, like: torch.Tensor | None = None) -> float:
     """The sum over processes of ``weight`` x ``value`` (a loss weighted by its shard's share of the batch)."""
     device = like.device if like is not None else torch.device("cpu")
     total = torch.tensor([float(value) * weight], dtype=torch.float64, device=device)

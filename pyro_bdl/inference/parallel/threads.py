@@ -73,13 +73,11 @@ def resolve_threads(threads, work: float, processes: int = 1) -> int:
     """``threads`` as given (a positive int, or text of one) or, for ``"auto"`` / None, :func:`choose_threads`."""
     if threads is None or (isinstance(threads, str) and threads.lower() == "auto"):
         return choose_threads(work, processes=processes)
-    try:
-        count = int(threads)
-    except (TypeError, ValueError):
-        raise ValueError(f"threads must be a positive number or 'auto', got {threads!r}") from None
-    if count < 1 or str(count) != str(threads).strip() and not isinstance(threads, int):
-        raise ValueError(f"threads must be a positive number or 'auto', got {threads!r}")
-    return count
+    whole = (isinstance(threads, int) and not isinstance(threads, bool)) or (
+        isinstance(threads, str) and threads.strip().isdigit())
+    if not whole or int(threads) < 1:
+        raise ValueError(f"threads must be a positive whole number or 'auto', got {threads!r}")
+    return int(threads)
 
 
 @contextlib.contextmanager
