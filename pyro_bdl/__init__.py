@@ -24,7 +24,7 @@ from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
 from pyro_bdl.registry import get_model, list_models
 from pyro_bdl.result import FitResult
-from pyro_bdl.store import load_fit
+from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.data.checks import DataWarning
 from pyro_bdl.storage.paths import FitDirectoryError, OutputPathError
 
@@ -36,6 +36,7 @@ __all__ = [
     "fit",
     "FitResult",
     "load_fit",
+    "write_fit",
     "to_inference_data",
     "get_model",
     "list_models",

@@ -1,4 +1,12 @@
-"""The one fit entry point, for zoo models and for any Pyro model."""
+"""The one fit entry point, for zoo models and for any Pyro model.
+
+A user's own Pyro program takes its data as its arguments, in any form a user has them
+(:mod:`pyro_bdl.data.arguments`); batch dimensions it leaves outside every plate are summed as Pyro's NUTS sums
+them (:mod:`pyro_bdl.inference.site_shapes`); its ``pyro.param`` sites are optimised by the optimisation-based
+methods (:attr:`~pyro_bdl.inference.method.Method.learns_params`: svi, map, mle, ...), while a sampler holds them at
+their initial values and says so; its discrete latents marked for enumeration are summed out by the methods that
+can (:mod:`pyro_bdl.inference.enumeration`), refused by the others before anything runs.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +20,21 @@ import numpy as np
 import pyro
 import torch
 
-from pyro_bdl.data.checks import check_training_data
+from pyro_bdl.data.arguments import bind_arguments
+from pyro_bdl.data.checks import DataWarning, check_training_data
 from pyro_bdl.data.embedded import load
 from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
 from pyro_bdl.data.task import Task
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
 from pyro_bdl.inference import latent_sites, model_params, observed_sites
 from pyro_bdl.inference.base import RunContext, with_deterministic
-from pyro_bdl.inference.method import DEFAULT_METHOD, processes_methods
+from pyro_bdl.inference.enumeration import enumerated_sites, model_traits
+from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, processes_methods
 from pyro_bdl.inference.parallel.devices import move_to, resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, join
+from pyro_bdl.inference.site_shapes import as_event_dims, unplated_sites
 from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
+from pyro_bdl.posterior.prior_check import prior_posterior_conflict
 from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
 from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
@@ -44,6 +56,9 @@ class _Prepared:
     options: dict = field(default_factory=dict)
     standardized: StandardizedModel | None = None
     data: dict | None = None
+    #: the form of ``model`` the method runs, where it is not ``model`` itself (a user's batch dimensions outside
+    #: every plate declared event dimensions: :mod:`pyro_bdl.inference.site_shapes`)
+    run: Callable | None = None
 
     @property
     def standardizer(self) -> Standardizer | None:
@@ -90,9 +105,11 @@ def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     if options:
         raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
-    if data is None:
-        data = {}
-    return _Prepared(None, model, move_to(as_model_kwargs(data), device), data if isinstance(data, Dataset) else None)
+    bound, kwargs = bind_arguments(model, data.model_kwargs() if isinstance(data, Dataset) else data)
+    kwargs = move_to(kwargs, device)
+    unplated = unplated_sites(bound, kwargs)
+    return _Prepared(None, bound, kwargs, data if isinstance(data, Dataset) else None,
+                     run=as_event_dims(bound, unplated) if unplated else None)
 
 
 def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
@@ -149,7 +166,8 @@ def fit(
     data : for a zoo model, an embedded data set name, a CSV path (with ``target``), a
         :class:`~pyro_bdl.data.table.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
         checked and standardised as a data set) (default: the model's embedded data set); for your own
-        model, a dict of the keyword arguments it is called with (observed values included).
+        model, its arguments by name (dict, DataFrame) or position (tuple), NumPy, pandas or torch
+        (:mod:`pyro_bdl.data.arguments`).
     inference : a method of :data:`pyro_bdl.METHODS` (``pyro-bdl list``: ``nuts``, ``svi``, ``map``, ...); default
         ``nuts``, or for a zoo model that NUTS does not suit, the first method that does
         (:attr:`~pyro_bdl.registry.ModelSpec.default_method`).
@@ -169,7 +187,8 @@ def fit(
         free, :mod:`pyro_bdl.inference.parallel.threads`) or a number; the count before is put back after.
     Under ``torchrun``, the processes share the work (:mod:`pyro_bdl.inference.parallel.processes`).
     **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
-        ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`).
+        ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`; Pyro's names too,
+        ``num_samples``, ...: :data:`~pyro_bdl.inference.method.PYRO_NAMES`); ``init_loc_fn``: where optimisation starts.
 
     Returns
     -------
@@ -189,25 +208,23 @@ def fit(
     """
     spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
     inference = inference or (spec.default_method if spec is not None else DEFAULT_METHOD)
-    plan = resolve(spec, inference, guide, settings)
+    init_loc_fn, plan = settings.pop("init_loc_fn", None), resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
     device, group = _placement(plan.method, device, threads)
     prepared = _prepare(model, data, target, options, device)
-    _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
-    nan_check_kwargs(prepared.kwargs)
+    _check_data(spec, plan.method, prepared, resolved)
     join(device)
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    observed = _checked_sites(prepared.model, prepared.kwargs)
+    observed = _checked_sites(prepared.model, prepared.kwargs, plan.method)
     count = _thread_count(threads, prepared, resolved, group)
     record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
                           prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
     record.runs_on = {"device": str(device), "threads": count, "processes": group.world}
-    saver = _checkpoint(checkpoint, plan, record, prepared.kwargs, guide,
-                        spec.name if spec is not None else getattr(model, "__qualname__", "model"))
+    saver = _checkpoint(checkpoint, plan, record, prepared.kwargs, guide, spec or model)
     start = time.perf_counter()
-    context = RunContext(prepared.model, prepared.kwargs, progress and group.main, saver,
-                         plan.runner_kwargs(spec, prepared.model))
+    context = RunContext(prepared.run or prepared.model, prepared.kwargs, progress and group.main, saver,
+                         _runner_extra(plan, spec, prepared.model, init_loc_fn))
     with using_threads(count):
         draws = plan.method.execute(context, resolved)
         record.wall_seconds = time.perf_counter() - start
@@ -216,6 +233,26 @@ def fit(
     if saver is not None and group.main:
         saver.clear()
     return result
+
+
+def _check_data(spec, method, prepared: _Prepared, resolved: dict) -> None:
+    """The data and the model checked for the method before anything runs: minibatches only for a model that takes
+    them, no NaN, and a model the method suits (a user's model: its traits read from a trace)."""
+    _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
+    nan_check_kwargs(prepared.kwargs)
+    _check_traits(spec, method, prepared.model, prepared.kwargs)
+
+
+def _runner_extra(plan, spec, bound, init_loc_fn) -> dict:
+    """What the runner takes besides the data and settings (:meth:`~pyro_bdl.registry.Plan.runner_kwargs`), with the
+    user's ``init_loc_fn`` (Pyro's init strategy) over the model's, for a method that starts from a point."""
+    extra = plan.runner_kwargs(spec, bound)
+    if init_loc_fn is None:
+        return extra
+    if not plan.method.takes_init:
+        raise ValueError(f"init_loc_fn (where optimisation starts) is not a setting of inference '{plan.method.name}'; "
+                         f"the methods that take it: {', '.join(n for n, m in METHODS.items() if m.takes_init)}")
+    return {**extra, "init_loc_fn": init_loc_fn}
 
 
 def _placement(method, device, threads):
@@ -239,6 +276,23 @@ def _thread_count(threads, prepared: _Prepared, resolved: dict, group) -> int:
     return resolve_threads(threads, work, processes=group.local_world)
 
 
+def _check_traits(spec: ModelSpec | None, method, model, kwargs: dict) -> None:
+    """A user's model's traits, read from one trace (:func:`~pyro_bdl.inference.enumeration.model_traits`: a discrete
+    latent site must be marked for enumeration), checked against the method before anything runs: a method that
+    refuses them (``enumerated``: it cannot sum the sites out) is an error naming the methods that can.  A zoo
+    model's declared traits were checked by :func:`~pyro_bdl.registry.resolve`."""
+    if spec is not None:
+        return
+    traits = model_traits(model, kwargs)
+    refused = method.refuses & traits
+    if refused:
+        sites = ", ".join(f"'{s}'" for s in enumerated_sites(model, kwargs))
+        suits = [name for name, m in METHODS.items() if not m.refuses & traits]
+        raise ValueError(f"inference '{method.name}' cannot fit this model: it is {', '.join(sorted(refused))} "
+                         f"(its discrete latent sites {sites} are summed out by enumeration, which "
+                         f"'{method.name}' does not do); the methods that suit it: {', '.join(suits)}")
+
+
 def _check_processes(method, group) -> None:
     """A launch of several processes only for a method that shares its work among them."""
     if group.distributed and method.processes is None:
@@ -246,21 +300,54 @@ def _check_processes(method, group) -> None:
                          f"{', '.join(processes_methods())} (the others run on one: drop --nproc / torchrun)")
 
 
-def _checked_sites(model, kwargs: dict) -> list[str]:
-    """The model's observed sites; an error for a model with none, or with no latent site to infer."""
+def _checked_sites(model, kwargs: dict, method) -> list[str]:
+    """The model's observed sites; an error for a model with none, or with nothing to infer (no latent sample site
+    and no ``pyro.param`` site).  A model whose only unknowns are ``pyro.param`` sites is fitted by the methods that
+    optimise them (:attr:`~pyro_bdl.inference.method.Method.learns_params`); beside latent sites, a method that
+    does not optimise them holds them at their values, with a warning that says so."""
     observed = observed_sites(model, kwargs)
     if not observed:
         raise ValueError("the model has no observed sample site: pass the observations in data")
+    with pyro.get_param_store().scope():  # the initial values, read without keeping them
+        params = sorted(model_params(model, kwargs))
+    learners = [name for name, m in METHODS.items() if m.learns_params and m.requires <= {"continuous", "low-dimensional"}]
     if not latent_sites(model, kwargs):
-        raise ValueError("the model has no latent sample site to infer")
+        if not params:
+            raise ValueError("the model has no latent sample site and no pyro.param site: nothing to infer")
+        if not method.learns_params:
+            raise ValueError(f"the model has no latent sample site, only pyro.param sites ({', '.join(params)}), which "
+                             f"'{method.name}' does not fit: they are fitted by optimisation ({', '.join(learners)})")
+    elif params and not method.learns_params:
+        warnings.warn(f"the model's pyro.param sites ({', '.join(params)}) are held at their initial values by "
+                      f"'{method.name}', which samples only the sample sites; give them a prior (pyro.sample) to infer "
+                      f"them, or fit with a method that optimises them ({', '.join(learners)})", UserWarning, stacklevel=3)
     return observed
 
 
-def _checkpoint(path, plan, record: FitRecord, kwargs: dict, guide, name: str) -> Checkpoint | None:
+def _check_prior_scale(result: FitResult) -> None:
+    """A zoo regression that works in the data's units (not standardised): a warning where the posterior sits far
+    out in the model's fixed priors (:func:`~pyro_bdl.posterior.prior_check.prior_posterior_conflict`): data in
+    other units than the priors expect, a posterior pulled to the prior's scale that would pass unnoticed."""
+    spec = result.spec
+    if spec is None or spec.data.standardize or spec.data.task is not Task.REGRESSION or not result.samples:
+        return
+    with result.own_params():
+        conflicts = prior_posterior_conflict(result.model, result.data, result.samples)
+    if conflicts:
+        far = "; ".join(f"{c['site']} (entry {c['index']}) = {c['posterior_mean']:.4g}, {c['z']:.0f} prior sds from "
+                        f"{c['prior_median']:.3g}" for c in conflicts)
+        warnings.warn(f"model '{spec.name}': the posterior sits far out in the model's fixed priors: {far}. The data "
+                      f"push against a prior scale too small for their units, and the posterior is pulled towards it: "
+                      f"standardise the data, or widen the prior (`pyro-bdl describe {spec.name}` lists the options)",
+                      DataWarning, stacklevel=4)
+
+
+def _checkpoint(path, plan, record: FitRecord, kwargs: dict, guide, model) -> Checkpoint | None:
     """The checkpoint of this run (its fingerprint: model, method, seed, settings, options, guide and data), or None
-    where none is asked for or the method cannot resume."""
+    where none is asked for or the method cannot resume.  ``model``: the zoo's spec or the user's program."""
     if path is None or not plan.method.resumable:
         return None
+    name = model.name if isinstance(model, ModelSpec) else getattr(model, "__qualname__", "model")
     guide_label = guide if guide is None or isinstance(guide, str) else getattr(guide, "__qualname__",
                                                                                 type(guide).__name__)
     return Checkpoint(path, fingerprint(
@@ -308,7 +395,10 @@ def _diagnose(result: FitResult, family: str) -> None:
         # an ensemble is judged by its worst member
         reports = [svi_report(row, warn=False) for row in np.atleast_2d(losses)]
         worst = min(range(len(reports)), key=lambda i: (reports[i]["settled"], reports[i]["final_elbo"]))
-        result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])]))
+        # the drift check's record, where the run measured one (pyro_bdl.inference.drift): one warning names both
+        drift = result.info if "drift_window" in result.info else None
+        result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])],
+                                      drift=drift))
     if family == "mcmc":
         result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
     if family == "importance":
@@ -316,6 +406,7 @@ def _diagnose(result: FitResult, family: str) -> None:
     if result.spec is not None and result.spec.hooks.report is not None:  # what the model reports of itself
         result.report = result.spec.hooks.report(result)
         result.info.update(result.report)
+    _check_prior_scale(result)
     for name, value in result.samples.items():
         if not torch.isfinite(value).all():
             warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)

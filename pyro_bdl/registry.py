@@ -36,7 +36,7 @@ import pyro
 from pyro_bdl.data.embedded import load
 from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites, takes_minibatches
-from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method
+from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, pyro_names_as_ours
 
 __all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
@@ -347,7 +347,8 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     """The method, guide and typed settings a fit of ``spec`` (None: a user's model) will use.
 
     A pure function: nothing is fitted.  The model's own settings for a method (``method_defaults``) go
-    with the method's default guide (given or by name); the user's settings win over both.  Errors name
+    with the method's default guide (given or by name); a user's own program (``spec`` None) gets the method's
+    :attr:`~pyro_bdl.inference.method.Method.user_defaults`; the settings given win over both.  Errors name
     the problem: an unknown method, a method that does not suit the model, a guide for a method that
     takes none, an unknown setting or a value outside a setting's domain.
     """
@@ -362,8 +363,8 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
                              f"{', '.join(spec.methods)}")
         raise ValueError(f"model '{spec.name}' does not support inference '{inference}' (it needs a model that is "
                          f"{missing}); it supports: {', '.join(spec.methods)}")
-    given = {k: v for k, v in (settings or {}).items() if v is not None}
-    model_defaults = {}
+    given = {k: v for k, v in pyro_names_as_ours(settings or {}).items() if v is not None}
+    model_defaults = dict(method.user_defaults) if spec is None else {}  # a user's own program: Method.user_defaults
     if spec is not None:
         default_guide = spec.inference.default_guides.get(inference)
         if guide is None or guide == default_guide:

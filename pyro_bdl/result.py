@@ -13,11 +13,13 @@ import pyro
 import torch
 from torch.distributions import constraints
 
+from pyro_bdl.data.arguments import bind_arguments
 from pyro_bdl.data.table import Dataset, as_model_kwargs
 from pyro_bdl.data.task import Task
 from pyro_bdl.inference.parallel.devices import move_to
 from pyro_bdl.inference import METHODS
-from pyro_bdl.posterior.inference_data import to_inference_data
+from pyro_bdl.inference.enumeration import discrete_draws
+from pyro_bdl.posterior.inference_data import quiet_arviz, to_inference_data
 from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
 from pyro_bdl.posterior.uncertainty import classification_summary
 
@@ -161,8 +163,9 @@ class FitResult:
 
     @property
     def num_draws(self) -> int:
-        first = next(iter(self.samples.values()))
-        return int(first.shape[0] * first.shape[1])
+        """Posterior draws per site, chains together (0 for a fit without latent sample sites)."""
+        first = next(iter(self.samples.values()), None)
+        return 0 if first is None else int(first.shape[0] * first.shape[1])
 
     def draws(self, site: str) -> torch.Tensor:
         """All draws of ``site`` with chains merged: (chains * draws, *site_shape)."""
@@ -190,6 +193,17 @@ class FitResult:
             return predictive_draws(self.predicting_model, self.samples,
                                     move_to(self.model_kwargs(new_data), self.device), self.likelihood_sites)
 
+    def infer_discrete(self, new_data=None, temperature: int = 1) -> dict:
+        """The posterior of the model's discrete sites marked for enumeration, which the fit summed out
+        (:mod:`pyro_bdl.inference.enumeration`; they are in no group of :meth:`to_inference_data`): for every
+        posterior draw theta_s, one draw of them from p(z | theta_s, data) by Pyro's ``infer_discrete``
+        (``temperature=0``: their most probable values given theta_s).  Site -> tensor (chains, draws,
+        *site_shape), e.g. a mixture's assignments (chains, draws, rows); empty for a model that enumerates nothing.
+        ``new_data``: the data to condition on, observations included (default: the training data)."""
+        data = self.data if new_data is None else move_to(self.model_kwargs(new_data), self.device)
+        with self.own_params():
+            return discrete_draws(self.predicting_model, self.samples, data, temperature)
+
     @property
     def device(self) -> torch.device:
         """Where the fit's draws are (a fit loaded from files: the CPU); new data is moved there to predict."""
@@ -200,7 +214,9 @@ class FitResult:
         of feature rows (a zoo model's features, in the data's units), or a dict of model arguments.  The
         target, if any, is left out (it is what is predicted)."""
         spec = self.spec
-        if spec is None or isinstance(new_data, dict):
+        if spec is None:  # a user's program: its data in any form the fit took (dict, tuple, tensor, DataFrame)
+            return bind_arguments(self.model, new_data)[1]
+        if isinstance(new_data, dict):
             return as_model_kwargs(new_data)
         if not isinstance(new_data, (Dataset, torch.Tensor)):
             raise TypeError(f"new data must be a Dataset, a tensor of rows or a dict, not {type(new_data).__name__}")
@@ -265,8 +281,12 @@ class FitResult:
                 for j, v in enumerate(flat.tolist()):
                     rows[name if value[0, 0].dim() == 0 else f"{name}[{j}]"] = v
             return pd.DataFrame({"mean": rows})
+        if next(iter(self.samples.values())).shape[0] == 1:  # one chain (a guide's independent draws): no R-hat
+            with quiet_arviz():  # its "Shape validation failed" for R-hat on one chain: nothing a user can change
+                return az.summary(self.to_inference_data(), **kwargs)
         return az.summary(self.to_inference_data(), **kwargs)
 
     def __repr__(self) -> str:
         name = self.record.model
         return f"FitResult(model={name!r}, method={self.method!r}, sites={list(self.samples)}, draws={self.num_draws})"
+

@@ -377,3 +377,31 @@ def test_data_parallel_benchmark_prints_one_and_two_processes(tmp_path):
 def test_gpu_check_runs_or_says_there_is_no_gpu(tmp_path):
     out = run_script("benchmarks/gpu_check.py", cwd=tmp_path)
     assert "no CUDA GPU" in out or "OK " in out
+
+
+def test_pyro_examples_reference_quick_run_writes_the_summaries(tmp_path):
+    """benchmarks/pyro_examples_reference.py on two examples, 2 chains x 30 draws: a line per example, and a JSON
+    with Pyro's version, the settings and per site the summaries the tests read (the deterministic site too)."""
+    import json
+
+    out = run_script("benchmarks/pyro_examples_reference.py", "--quick", "--models", "fully_pooled", "pumps",
+                     "--out", "quick.json", cwd=tmp_path)
+    assert "fully_pooled" in out and "pumps" in out and "wrote quick.json" in out, out
+    doc = json.loads((tmp_path / "quick.json").read_text())
+    assert set(doc["models"]) == {"fully_pooled", "pumps"} and doc["pyro_version"]
+    assert doc["models"]["pumps"]["settings"]["chains"] == 2 and doc["models"]["pumps"]["settings"]["samples"] == 30
+    sites = doc["models"]["pumps"]["sites"]
+    assert set(sites) == {"alpha", "beta", "theta", "expected"}  # "expected" is the pyro.deterministic site
+    assert sites["theta"]["shape"] == [10] and sites["alpha"]["shape"] == []
+    for key in ("mean", "sd", "ess_mean", "ess_sd", "kurtosis", "r_hat"):
+        assert len(sites["expected"][key]) == 10, key
+    # expected = theta * hours, draw by draw: so are their means (the deterministic site is computed from the draws)
+    hours = [94.3, 15.7, 62.9, 126.0, 5.24, 31.4, 1.05, 1.05, 2.1, 10.5]
+    for e, th, t in zip(sites["expected"]["mean"], sites["theta"]["mean"], hours):
+        assert math.isclose(e, th * t, rel_tol=1e-4), (e, th, t)
+
+
+def test_pyro_module_speed_benchmark_prints_both_models_alone_and_busy(tmp_path):
+    out = run_script("benchmarks/pyro_module_speed.py", "--quick", cwd=tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| BayesianRegression") or line.startswith("| BNN")]
+    assert [row.split("|")[2].strip() for row in rows] == ["alone", "beside a busy process"] * 2, out

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 from pyro_bdl.inference.base import Draws, RunContext, as_flag
 
 __all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "Domain", "SETTING_DOMAINS",
-           "processes_methods"]
+           "processes_methods", "PYRO_NAMES", "pyro_names_as_ours"]
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,18 @@ class Method:
         normalising constant, e.g. sparse VD's log-uniform: the posterior may not exist, nor a mode, nor
         prior draws; and at a draw its log density, -log|w|, has a gradient 1/w of infinite variance under a
         Normal q), which only ``svi-meanfield`` (the KL in closed form or approximated) and ``mle`` (no
-        prior) accept.
+        prior) accept.  And by default ``enumerated`` (a user's model whose discrete latent sites are marked for
+        enumeration, :mod:`pyro_bdl.inference.enumeration`), which only the methods that sum them out accept:
+        ``nuts`` and ``hmc`` (the marginal potential) and ``svi`` (``TraceEnum_ELBO``).
     takes_guide : accepts a guide (SVI methods).
     takes_init : starts from a point the model may choose (its ``init_loc_fn``).
     point_estimate : returns one point (one draw), not a posterior sample.
     resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
     quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
         that the method runs end to end, not that it is accurate.
+    user_defaults : settings that replace ``defaults`` when the model is a user's own Pyro program (no zoo spec):
+        its data come in their own units, far from where optimisation starts, where the zoo's models are
+        standardised and declare their own (:attr:`~pyro_bdl.registry.InferenceChoices.method_defaults`).
     processes : how the method shares its work among the processes of a ``torchrun`` launch
         (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
         gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
@@ -70,7 +75,7 @@ class Method:
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
     requires: frozenset = frozenset({"continuous"})
-    refuses: frozenset = frozenset({"improper-prior"})
+    refuses: frozenset = frozenset({"improper-prior", "enumerated"})
     takes_guide: bool = False
     takes_init: bool = False
     point_estimate: bool = False
@@ -78,6 +83,18 @@ class Method:
     quick: Mapping[str, Any] = field(default_factory=dict)
     processes: str | None = None
     predictive_model: Callable | None = None
+    user_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        unknown = sorted(set(self.user_defaults) - set(self.defaults))
+        if unknown:
+            raise ValueError(f"method '{self.name}': user_defaults names settings it does not have: {', '.join(unknown)}")
+
+    @property
+    def learns_params(self) -> bool:
+        """Whether the method optimises the model's ``pyro.param`` sites (the optimisation-based families, whose loop
+        steps every parameter the loss touches); the samplers and importance sampling hold them at their values."""
+        return self.family in ("svi", "point", "ensemble")
 
     def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
         """Run on a :class:`~pyro_bdl.inference.base.RunContext` with resolved ``settings``: the one call every
@@ -90,7 +107,9 @@ class Method:
         return self.requires <= frozenset(traits) and not self.refuses & frozenset(traits)
 
     def resolve_settings(self, settings: Mapping[str, Any]) -> dict:
-        """Defaults filled in; unknown settings rejected with the list of known ones."""
+        """Defaults filled in; Pyro's names of the same settings read as ours (:data:`PYRO_NAMES`); unknown settings
+        rejected with the list of known ones."""
+        settings = pyro_names_as_ours(settings)
         unknown = sorted(k for k, v in settings.items() if k not in self.defaults and v is not None)
         if unknown:
             raise ValueError(
@@ -180,7 +199,7 @@ SETTING_DOMAINS: dict[str, Domain] = {
     "particles": Domain(int, 1), "members": Domain(int, 1), "batch_size": Domain(int, 1),
     "max_tree_depth": Domain(int, 1),
     "lr": Domain(float, 0, open_low=True, finite=True), "grad_clamp": Domain(float, 0, open_low=True),
-    "lr_hold": Domain(float, 0, 1, open_high=True),
+    "lr_hold": Domain(float, 0, 1),  # the fraction of the steps at the full rate; 1: a constant rate
     "target_accept": Domain(float, 0, 1, open_low=True, open_high=True),
     "p": Domain(float, 0, 1, open_high=True),  # the dropout probability
     "epochs": Domain(int, 1), "patience": Domain(int, 1), "is_samples": Domain(int, 1),
@@ -192,6 +211,30 @@ SETTING_DOMAINS: dict[str, Domain] = {
 #: The method a fit runs when none is named, where it suits the model (a model it does not suit gets the first of
 #: its methods in the table's order): NUTS, the reference every other method is checked against.
 DEFAULT_METHOD = "nuts"
+
+#: Pyro's (and NumPyro's) names of settings that mean what ours mean: ``MCMC(num_samples=, warmup_steps=,
+#: num_chains=)`` (per chain, as ours), ``NUTS(target_accept_prob=, jit_compile=)``, ``Trace_ELBO(num_particles=)``,
+#: ``Predictive(num_samples=)`` (draws from a guide).
+PYRO_NAMES = {"num_samples": "samples", "warmup_steps": "warmup", "num_warmup": "warmup", "num_chains": "chains",
+              "target_accept_prob": "target_accept", "jit_compile": "jit", "num_particles": "particles",
+              "num_steps": "steps"}
+
+
+def pyro_names_as_ours(settings: Mapping[str, Any]) -> dict:
+    """``settings`` with Pyro's names (:data:`PYRO_NAMES`) read as ours; both names of one setting are an error.
+
+    >>> pyro_names_as_ours({"num_samples": 500, "warmup_steps": 200})
+    {'samples': 500, 'warmup': 200}
+    """
+    out = {}
+    for key, value in settings.items():
+        ours = PYRO_NAMES.get(key, key)
+        if ours in out and value is not None and out[ours] is not None:
+            raise ValueError(f"setting '{ours}' is given twice (as '{ours}' and as Pyro's '{key}' or the reverse)")
+        if value is not None or ours not in out:
+            out[ours] = value
+    return out
+
 
 #: Every registered method by name, filled as the modules of this package register theirs.
 METHODS: dict[str, Method] = {}

@@ -21,6 +21,11 @@ two optimiser settings, :data:`ADAM_SETTINGS`, passed through to :func:`make_svi
 ELBO once, :mod:`pyro_bdl.inference.compiled_elbo`; same loss and gradients), ``vectorize`` (``particles``
 draws in one vectorised pass instead of a Python loop) and ``local_reparam`` (the local reparameterisation trick for a network's ``dense``
 layers, :mod:`pyro_bdl.inference.local_reparam`).
+``svi``, ``svi-meanfield`` and ``bbvi`` take ``elbo``, the estimator (:data:`ELBOS`, :func:`choose_elbo`): ``"auto"``
+(the default: the method's own in the table above, ``TraceEnum_ELBO`` for a model whose discrete sites are marked for
+enumeration), ``"trace"``, ``"meanfield"``, ``"tracegraph"`` or ``"enum"``.  With enumerated sites (which only
+``svi`` of these accepts, :mod:`pyro_bdl.inference.enumeration`) the guide is built over the model's other sites,
+the enumerated ones hidden from it, and they are summed out in every step, not drawn.
 :func:`optimise` validates the distributions' arguments at the first step only.
 """
 
@@ -35,12 +40,15 @@ import pyro
 import pyro.infer
 import torch
 from pyro import poutine
-from pyro.infer import Trace_ELBO, TraceGraph_ELBO, TraceMeanField_ELBO
+from pyro.infer import (JitTraceEnum_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO,
+                         TraceMeanField_ELBO)
 from pyro.infer.util import torch_item
 from tqdm import tqdm
 
 from pyro_bdl.inference.base import ConvergenceWarning, Draws, as_flag, latent_sites
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.enumeration import enumeration_of
+from pyro_bdl.inference.drift import DriftTracker, drift_record
 from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
@@ -113,26 +121,68 @@ def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = G
     rate at ``lr`` for the fraction ``lr_hold`` of the ``steps``, then decaying geometrically to
     ``FINAL_LR_FRACTION * lr`` at the last step, and every gradient entry clamped to ``grad_clamp``;
     stepped by a leaner ``SVI.step`` (:class:`SVI`)."""
-    if not 0.0 <= float(lr_hold) < 1.0:
-        raise ValueError(f"lr_hold is the fraction of the steps at the full rate, in [0, 1); got {lr_hold}")
+    if not 0.0 <= float(lr_hold) <= 1.0:
+        raise ValueError(f"lr_hold is the fraction of the steps at the full rate, in [0, 1] (1: a constant rate); "
+                         f"got {lr_hold}")
     hold = int(float(lr_hold) * steps)
-    optim = FastClippedAdam(lr=lr, lrd=FINAL_LR_FRACTION ** (1.0 / max(steps - hold, 1)), clip_norm=float(grad_clamp),
-                            hold=hold)
+    decay = 1.0 if hold >= steps else FINAL_LR_FRACTION ** (1.0 / (steps - hold))
+    optim = FastClippedAdam(lr=lr, lrd=decay, clip_norm=float(grad_clamp), hold=hold)
     return SVI(model, guide, optim, loss, sync)
 
 
-def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False):
-    """``Trace_ELBO`` (``kind="trace"``) or ``TraceMeanField_ELBO`` (``"meanfield"``) with ``particles``
-    draws, vectorised (one pass with a leading particle dimension) when ``vectorize`` and
-    ``particles > 1``, compiled (:mod:`pyro_bdl.inference.compiled_elbo`) when ``jit``."""
-    classes = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO)}
-    cls = classes[kind][as_flag(jit)]
-    return cls(num_particles=int(particles), vectorize_particles=as_flag(vectorize) and int(particles) > 1)
+#: The ELBO estimators the ``elbo`` setting names, each (plain, compiled): ``trace`` (Trace_ELBO), ``meanfield``
+#: (TraceMeanField_ELBO: the KL in closed form where it exists), ``tracegraph`` (TraceGraph_ELBO: score-function
+#: gradients with the model's dependency graph), ``enum`` (TraceEnum_ELBO: the sites marked for enumeration summed
+#: out).  The zoo compiles the first two (:mod:`pyro_bdl.inference.compiled_elbo`), Pyro's JIT the others.  The
+#: setting's ``"auto"`` (its default) is the method's own, ``enum`` for a model with enumerated sites.
+ELBOS = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO),
+         "tracegraph": (TraceGraph_ELBO, JitTraceGraph_ELBO), "enum": (TraceEnum_ELBO, JitTraceEnum_ELBO)}
+
+
+def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False, max_plate_nesting=None):
+    """The estimator :data:`ELBOS` names ``kind`` (``"trace"``: ``Trace_ELBO``, ``"meanfield"``, ``"tracegraph"``,
+    ``"enum"``) with ``particles`` draws, vectorised (one pass with a leading particle dimension) when ``vectorize``
+    and ``particles > 1``, compiled when ``jit``; ``max_plate_nesting``: the model's plates, left of which
+    enumeration and the particles go (None: Pyro finds it)."""
+    if kind not in ELBOS:
+        raise ValueError(f"unknown elbo {kind!r}; choose one of: {', '.join(ELBOS)}")
+    cls = ELBOS[kind][as_flag(jit)]
+    extra = {} if max_plate_nesting is None else {"max_plate_nesting": int(max_plate_nesting)}
+    if as_flag(jit) and kind in ("tracegraph", "enum"):  # Pyro's JIT: its tracer's warnings about the model's Python
+        extra["ignore_jit_warnings"] = True
+    return cls(num_particles=int(particles), vectorize_particles=as_flag(vectorize) and int(particles) > 1, **extra)
+
+
+def choose_elbo(elbo: str, own: str, enumerated, method: str) -> str:
+    """The estimator a run of ``method`` uses: the ``elbo`` setting, where ``"auto"`` is the method's ``own`` or,
+    for a model with ``enumerated`` sites, ``"enum"``; a clear error for an unknown name, and for an estimator
+    that would draw the enumerated sites instead of summing them out.
+
+    >>> choose_elbo("auto", "trace", [], "svi"), choose_elbo("auto", "trace", ["z"], "svi")
+    ('trace', 'enum')
+    >>> choose_elbo("renyi", "trace", [], "svi")
+    Traceback (most recent call last):
+    ...
+    ValueError: setting 'elbo' of inference 'svi' must be one of auto, trace, meanfield, tracegraph, enum; got 'renyi'
+    """
+    if elbo != "auto" and elbo not in ELBOS:
+        raise ValueError(f"setting 'elbo' of inference '{method}' must be one of auto, {', '.join(ELBOS)}; got {elbo!r}")
+    kind = ("enum" if enumerated else own) if elbo == "auto" else elbo
+    if enumerated and kind != "enum":
+        raise ValueError(f"elbo='{elbo}' (inference '{method}') cannot sum out the model's enumerated sites "
+                         f"({', '.join(enumerated)}): use elbo='enum', or leave it 'auto'")
+    return kind
+
+
+def hiding(model, names):
+    """``model`` with the sites ``names`` hidden (``poutine.block``): what a guide over the other sites is built
+    on; ``model`` itself where there are none."""
+    return poutine.block(model, hide=list(names)) if names else model
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
              checkpoint=None, checkpoint_every: int = 500, monitor=None, schedule=None, processes=None,
-             **adam) -> np.ndarray:
+             tracker=None, **adam) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
     :func:`make_svi`); return the loss trace.
 
@@ -146,7 +196,9 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     (it owns the progress bar's postfix) and returns True to stop (early stopping); ``monitor.state()`` (tensors,
     numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.  ``schedule``
     (optional) is called with the step's index before every step (a resumed run calls it from the first step it
-    runs), e.g. to set a KL warm-up factor the model reads.
+    runs), e.g. to set a KL warm-up factor the model reads.  ``tracker`` (optional, a
+    :class:`~pyro_bdl.inference.drift.DriftTracker`) is told every step's index after it, to average the parameters
+    over the windows the drift check compares; its sums are saved in the checkpoint.
 
     Under ``torchrun`` (``processes``: the :class:`~pyro_bdl.inference.parallel.processes.ProcessGroup`, default
     the launch's), each process steps on its shard of every minibatch and the gradients are summed before each
@@ -161,7 +213,7 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     checkpoint = checkpoint if group.main or checkpoint is None else checkpoint.read_only()
     svi = make_svi(model, guide, loss, lr=lr, steps=steps, sync=None if parallel is None else parallel.sync, **adam)
     optim = svi.optim
-    losses = _resume(checkpoint, model, guide, optim, data, monitor)
+    losses = _resume(checkpoint, model, guide, optim, data, monitor, tracker)
     first = len(losses)
     if first and getattr(loss, "fixed_params", False):
         # a compiled loss draws more at its first call (it runs and traces the ELBO) than a replay does: build
@@ -201,6 +253,8 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                         stacklevel=2,
                     )
                     break
+                if tracker is not None:  # the rate this step was taken at (FastClippedAdam's schedule)
+                    tracker.update(step, optim.lr * optim.lrd ** max(0, step + 1 - optim.hold))
                 if (step - first) % SNAPSHOT_EVERY == 0:  # the parameters after this step, if all finite
                     params = store_values()
                     if _all_finite(params.values()):
@@ -210,12 +264,12 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                 bar.update()
                 stop = monitor is not None and monitor.after_step(step, losses, bar)
                 if checkpoint is not None and (step + 1) % checkpoint_every == 0:
-                    _save(checkpoint, optim, losses, monitor)
+                    _save(checkpoint, optim, losses, monitor, tracker=tracker)
                 if stop:
                     break
         except KeyboardInterrupt:
             if checkpoint is not None:
-                _save(checkpoint, optim, losses, monitor, rng=before)
+                _save(checkpoint, optim, losses, monitor, rng=before, tracker=tracker)
             raise
     return np.asarray(losses, dtype=float)
 
@@ -253,17 +307,18 @@ def _restore_if_broken(snapshot) -> int | None:
     return step
 
 
-def _save(checkpoint, optim, losses, monitor=None, rng=None) -> None:
+def _save(checkpoint, optim, losses, monitor=None, rng=None, tracker=None) -> None:
     checkpoint.save({
         "losses": torch.tensor(losses, dtype=torch.float64, device="cpu"),  # host-side
         "params": store_values(),
         "optim": optim.get_state(),
         "rng": rng if rng is not None else rng_state(),  # torch, numpy, Python: the minibatches and draws to come
         **({"monitor": monitor.state()} if monitor is not None else {}),
+        **({"drift": tracker.state()} if tracker is not None else {}),
     })
 
 
-def _resume(checkpoint, model, guide, optim, data, monitor=None) -> list:
+def _resume(checkpoint, model, guide, optim, data, monitor=None, tracker=None) -> list:
     """Restore a saved run into the param store and optimiser; returns the losses so far."""
     state = checkpoint.load() if checkpoint is not None else None
     if state is None:
@@ -276,6 +331,8 @@ def _resume(checkpoint, model, guide, optim, data, monitor=None) -> list:
     optim.set_state(state["optim"])
     if monitor is not None and "monitor" in state:
         monitor.load(state["monitor"])
+    if tracker is not None and "drift" in state:
+        tracker.load(state["drift"])
     set_rng_state(state["rng"])
     return state["losses"].tolist()
 
@@ -292,21 +349,24 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
 
 
 def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None,
-         batch_size=None, local_reparam=False, **adam) -> Draws:
-    names = latent_sites(model, data)
+         batch_size=None, local_reparam=False, hidden=(), **adam) -> Draws:
+    names = [name for name in latent_sites(model, data) if name not in hidden]  # hidden: summed out, not drawn
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
     # local reparameterisation changes training only: draws below come from the plain guide
     pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
+    tracker = DriftTracker(steps)
     losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint,
-                      **adam)
+                      tracker=tracker, **adam)
+    # is the answer still moving? (pyro_bdl.inference.drift; svi_report decides whether it warns)
+    info = drift_record(tracker, model, guide, data, point=point, loss=loss)
     if point:
         with torch.no_grad():
             median = guide.median(**data)
         draws = {name: median[name].detach().reshape((1, 1) + median[name].shape) for name in names}
     else:
         draws = guide_draws(guide, data, names, samples)
-    return Draws(draws, losses=losses, guide=guide)
+    return Draws(draws, losses=losses, guide=guide, info=info)
 
 
 def _run_reparameterised(kind: str, default_guide: str, desc: str):
@@ -314,11 +374,13 @@ def _run_reparameterised(kind: str, default_guide: str, desc: str):
     in the ELBO estimator and the default guide."""
 
     def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, **adam) -> Draws:
-        guide = make_guide(guide or default_guide, model, init_loc_fn)
-        loss = make_elbo(kind, particles=particles, jit=jit, vectorize=vectorize)
+            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, elbo="auto", **adam) -> Draws:
+        hidden, nesting = enumeration_of(model, data)
+        loss = make_elbo(choose_elbo(elbo, kind, hidden, desc), particles=particles, jit=jit, vectorize=vectorize,
+                         max_plate_nesting=nesting)
+        guide = make_guide(guide or default_guide, hiding(model, hidden), init_loc_fn)  # over the sites not summed out
         return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
-                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, **adam)
+                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, hidden=hidden, **adam)
 
     run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
     return run
@@ -329,11 +391,13 @@ run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfiel
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, **adam) -> Draws:
-    guide = guide if guide is not None else MeanFieldGuide(model, reparameterized=False, init_loc_fn=init_loc_fn)
-    loss = TraceGraph_ELBO(num_particles=particles)
+            init_loc_fn=None, elbo="auto", **adam) -> Draws:
+    hidden, nesting = enumeration_of(model, data)
+    loss = make_elbo(choose_elbo(elbo, "tracegraph", hidden, "bbvi"), particles=particles, max_plate_nesting=nesting)
+    guide = guide if guide is not None else MeanFieldGuide(hiding(model, hidden), reparameterized=False,
+                                                           init_loc_fn=init_loc_fn)
     return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc="bbvi",
-                checkpoint=checkpoint, batch_size=batch_size, **adam)
+                checkpoint=checkpoint, batch_size=batch_size, hidden=hidden, **adam)
 
 
 def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
@@ -354,22 +418,24 @@ def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=Non
 
 def _register() -> None:
     common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
-              "jit": False, "vectorize": False, "local_reparam": False}
+              "jit": False, "vectorize": False, "local_reparam": False, "elbo": "auto"}
     point = {"steps": 2000, "lr": 0.02, "batch_size": None, **ADAM_SETTINGS}
     for method in (
-        Method("svi", "svi", "SVI, Trace_ELBO, reparameterised gradients (guide: normal | mvn | meanfield | callable)",
-               run_svi, common, takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data"),
+        Method("svi", "svi", "SVI, Trace_ELBO (TraceEnum_ELBO for enumerated sites), reparameterised gradients "
+               "(guide: normal | mvn | meanfield | callable)",
+               run_svi, common, refuses=frozenset({"improper-prior"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data"),
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
-               run_svi_meanfield, common, refuses=frozenset(), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50},
+               run_svi_meanfield, common, refuses=frozenset({"enumerated"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50},
                processes="data"),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
-               run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS},
+               run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
+                         "elbo": "auto"},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
                quick={"steps": 30, "samples": 50, "particles": 2}),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
                run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data"),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               run_mle, point, refuses=frozenset(), takes_init=True, point_estimate=True, quick={"steps": 100},
+               run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, point_estimate=True, quick={"steps": 100},
                processes="data"),
     ):
         register_method(method)

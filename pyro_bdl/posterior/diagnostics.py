@@ -84,8 +84,10 @@ def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
     return report
 
 
-def svi_report(losses, warn: bool = True) -> dict:
-    """Final ELBO (mean of the last 10% of -loss) and whether the loss has settled.
+def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
+    """Final ELBO (mean of the last 10% of -loss), whether the loss has settled and, given the drift check's record
+    (``drift``: :func:`pyro_bdl.inference.drift.drift_record`, as the fit's ``info`` holds it), whether the answer is
+    still moving (:func:`still_moving`).  One warning names both.
 
     Settled: the means of the last two tenths of the run differ by less than three standard
     errors, or by less than 0.1% of the loss.
@@ -102,14 +104,53 @@ def svi_report(losses, warn: bool = True) -> dict:
     se = np.sqrt(last.var() / len(last) + prev.var() / len(prev))
     report["final_elbo"] = float(-last.mean())
     report["settled"] = bool(diff <= 3 * se or diff <= 1e-3 * abs(last.mean()))
-    if warn and not report["settled"]:
-        warnings.warn(
-            f"SVI: the loss has not settled (the last two tenths of the run differ by {diff:.3g}, "
-            f"standard error {se:.3g}); run more steps (--steps)",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+    moving = drift is not None and still_moving(drift)
+    if drift is not None:
+        report["moving"] = moving
+    problems = []
+    if not report["settled"]:
+        problems.append(f"the loss has not settled (the last two tenths of the run differ by {diff:.3g}, "
+                        f"standard error {se:.3g})")
+    if moving:
+        problems.append(f"the answer is still moving ({_drift_text(drift)})")
+    if warn and problems:
+        advice = "run more steps (--steps)" if not moving else MOVING_ADVICE
+        warnings.warn(f"SVI: {' and '.join(problems)}; {advice}", ConvergenceWarning, stacklevel=3)
     return report
+
+
+#: The drift check (:mod:`pyro_bdl.inference.drift`) calls an answer still moving when, between the late-run windows it
+#: compares, some parameter went at least ``DRIFT_PACE`` of the optimiser's full pace (the sum of the learning rates
+#: between them: a parameter whose gradient keeps its sign travels about that far; one jittering about its optimum
+#: goes nowhere) and some scalar of the answer moved at least ``DRIFT_MIN`` of its own sd (or its sd changed by that
+#: factor, as a log ratio).  Chosen so that no fit of the converged families warns and the too-short ones do:
+#: benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
+DRIFT_PACE = 0.3
+DRIFT_MIN = 0.1
+#: What a warning about a moving answer tells the user to do.
+MOVING_ADVICE = ("run more steps (--steps), a larger learning rate (--lr), or hold the rate for longer "
+                 "(--set lr_hold=0.75; 1 keeps it constant)")
+
+
+def still_moving(drift: Mapping) -> bool:
+    """Whether the drift check's record (``drift``, ``drift_sd``, ``drift_pace``: see
+    :func:`pyro_bdl.inference.drift.drift_record`) says the answer was still travelling when the run ended.
+
+    >>> still_moving({"drift": 0.8, "drift_pace": 0.9}), still_moving({"drift": 0.8, "drift_pace": 0.05})
+    (True, False)
+    """
+    pace = drift.get("drift_pace", float("nan"))
+    moved = max(drift.get("drift", float("nan")), drift.get("drift_sd", 0.0))
+    return bool(np.isfinite(pace) and np.isfinite(moved) and pace >= DRIFT_PACE and moved >= DRIFT_MIN)
+
+
+def _drift_text(drift: Mapping) -> str:
+    sd = drift.get("drift_sd", 0.0) or 0.0
+    what = (f"'{drift.get('drift_at')}' moved {drift['drift']:.2g} of its {drift.get('drift_units', 'sds')}"
+            if drift.get("drift", 0.0) >= sd else f"the sd of '{drift.get('drift_sd_at')}' changed by a factor "
+            f"{np.exp(sd):.3g}")
+    return (f"{what} between {drift.get('drift_window', 'the late windows')}, at {drift['drift_pace']:.0%} of the "
+            f"optimiser's full pace")
 
 
 def importance_report(ess: float, draws: int, warn: bool = True) -> dict:
@@ -155,12 +196,17 @@ def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
     "LOO" would be the in-sample fit)."""
     import arviz as az
 
-    few = [k for k, r in results.items() if not r.point_estimate and r.num_draws < MIN_LOO_DRAWS]
+    points = [k for k, r in results.items() if r.point_estimate or r.num_draws <= 1]
+    few = [k for k, r in results.items() if k not in points and r.num_draws < MIN_LOO_DRAWS]
+    if points:
+        warnings.warn(f"compare_loo leaves out {', '.join(points)}: a point estimate has no posterior draws to "
+                      "leave a point out of (PSIS-LOO needs draws; its log-likelihood is the in-sample fit)",
+                      UserWarning, stacklevel=2)
     if few:
         warnings.warn(f"compare_loo leaves out {', '.join(few)}: fewer than {MIN_LOO_DRAWS} posterior draws",
                       UserWarning, stacklevel=2)
-    idatas = {k: r.to_inference_data() for k, r in results.items()
-              if not r.point_estimate and r.num_draws >= MIN_LOO_DRAWS}
+    idatas = {k: r.to_inference_data() for k, r in results.items() if k not in points and k not in few}
     if len(idatas) < 2:
-        raise ValueError("compare_loo needs at least two fits with posterior samples")
+        raise ValueError(f"compare_loo needs at least two fits with {MIN_LOO_DRAWS} or more posterior draws "
+                         f"(nuts, svi, laplace, ...); {len(idatas)} of the {len(results)} given have them")
     return az.compare(idatas, ic="loo", **kwargs)

@@ -16,13 +16,15 @@ weights, not hundreds of thousands of zeros.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 
 import numpy as np
 
 from pyro_bdl.posterior.predictive import PredictiveDraws
 
-__all__ = ["to_inference_data", "samples_from_inference_data"]
+__all__ = ["to_inference_data", "samples_from_inference_data", "quiet_arviz"]
 
 
 def _jsonable(value):
@@ -55,7 +57,9 @@ def to_inference_data(result):
 
     A fit without posterior draws (every latent local to a row: an amortised model) has no ``posterior``,
     ``posterior_predictive`` or ``log_likelihood`` group; the attributes go on its other groups."""
-    pred = result.training_predictive if result.samples else _observed_only(result)
+    # a zoo model without global draws (its latents local to rows, inferred by its encoder) predicts through its
+    # networks: its observed values only; a user's model without latent sites (pyro.param only) predicts as it is
+    pred = result.training_predictive if result.samples or result.spec is None else _observed_only(result)
     posterior, dims, coords, sparse = _stored(result.samples)
     observed = [np.asarray(v) for v in pred.observed.values()]
     constant = {  # the model's other tensor arguments (features): not the observed values again
@@ -137,3 +141,20 @@ def samples_from_inference_data(idata) -> dict:
             value = whole.reshape(tuple(value.shape[:2]) + tuple(shape))
         samples[name] = value
     return samples
+
+
+@contextlib.contextmanager
+def quiet_arviz():
+    """ArviZ's log messages below errors held back (its logger, ``arviz``) and put back after: for one chain of
+    independent draws (a guide's), its "Shape validation failed" before an R-hat it cannot compute is nothing a
+    user can act on."""
+    import arviz as az
+
+    # ArviZ makes its logger as Logger("arviz"), not through logging.getLogger: held as az._log
+    logger = getattr(az, "_log", None) or logging.getLogger("arviz")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

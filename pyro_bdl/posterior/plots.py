@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from pyro_bdl.data.task import Task
+from pyro_bdl.posterior.inference_data import quiet_arviz
 from pyro_bdl.posterior.uncertainty import plot_reliability
 
 __all__ = ["plot_loss", "plot_trace", "plot_posterior", "draw_predictive_band", "plot_predictive_band", "write_plots"]
@@ -55,7 +56,8 @@ def _drawn_elements(idata, per_dim: int = 2, whole: int = SHOWN_WHOLE) -> dict:
 
 
 def plot_trace(idata, path: Path) -> None:
-    axes = az.plot_trace(idata, compact=True, coords=_drawn_elements(idata))
+    with quiet_arviz():
+        axes = az.plot_trace(idata, compact=True, coords=_drawn_elements(idata))
     fig = np.asarray(axes).flat[0].figure
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -77,7 +79,8 @@ def plot_posterior(idata, path: Path, point_estimate: bool = False) -> None:
         ax.set(title=f"{idata.posterior.attrs.get('inference', '')} point estimate", xlabel="value")
         fig.tight_layout()
     else:
-        axes = az.plot_posterior(idata, coords=_drawn_elements(idata))
+        with quiet_arviz():  # one chain of a guide's draws: ArviZ's "Shape validation failed" is not news
+            axes = az.plot_posterior(idata, coords=_drawn_elements(idata))
         fig = np.asarray(axes).flat[0].figure
     fig.savefig(path, dpi=100)
     plt.close(fig)

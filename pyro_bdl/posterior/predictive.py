@@ -16,6 +16,7 @@ This works for point estimates too (one draw: all the spread is aleatoric).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import torch
 from pyro import poutine
 
 from pyro_bdl.inference.base import deterministic_sites
+from pyro_bdl.inference.enumeration import enumerated_sites, marginal_log_likelihood
 from pyro_bdl.posterior.uncertainty import predictive_moments, regression_summary
 
 __all__ = ["PredictiveDraws", "predictive_draws", "summarise"]
@@ -141,12 +143,29 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
                            observed=observed, gaussian=gaussian, deterministic=deterministic)
 
 
+def _enumerated_marginal(function):
+    """``predictive_draws`` whose log-likelihood, for a model with discrete sites marked for enumeration
+    (:mod:`pyro_bdl.inference.enumeration`), is the marginal one: log p(y_i | theta_s) with those sites summed out
+    within y_i's plates (:func:`~pyro_bdl.inference.enumeration.marginal_log_likelihood`), not log p(y_i | theta_s,
+    z_i) at a draw of z_i from its prior.  The predictive draws and moments stay those given such a draw: y for a new
+    row, whose z is drawn as the model draws it."""
+    @functools.wraps(function)
+    def predictive(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDraws:
+        pred = function(model, samples, data, sites)
+        if samples and pred.log_likelihood and enumerated_sites(model, data, strict=False):
+            pred.log_likelihood = marginal_log_likelihood(model, samples, data, list(pred.log_likelihood))
+        return pred
+
+    return predictive
+
+
+@_enumerated_marginal
 @torch.no_grad()
 def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> PredictiveDraws:
     """The predictive at ``sites`` for every posterior draw: in one vectorised run of ``model(**data)`` where
     the model broadcasts over a plate of draws (the zoo's networks do), else one run per draw."""
-    first = next(iter(samples.values()))
-    chains, num = first.shape[:2]
+    first = next(iter(samples.values()), None)
+    chains, num = first.shape[:2] if first is not None else (1, 1)  # no latent site: the model as it is, once
     extra = max(1, math.ceil(MIN_PREDICTIVE_DRAWS / (chains * num)))
     computed_names = deterministic_sites(model, data)
     if chains * num > 1:

@@ -118,6 +118,11 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     return stack_chains(done)
 
 
+#: What NUTS and HMC refuse: an improper prior only.  A model's enumerated discrete sites they sum out, on either
+#: kernel (the zoo's marginal potential, :mod:`pyro_bdl.inference.mcmc.potential`; Pyro's enumerates them).
+SUMS_OUT_ENUMERATED = frozenset({"improper-prior"})
+
+
 def _register() -> None:
     # kernel: "zoo" (pyro_bdl.inference.mcmc.zoo, chains together) or "pyro" (Pyro's NUTS / HMC, one after another)
     hmc = {"samples": 1000, "warmup": 500, "chains": 2, "target_accept": 0.8, "jit": False, "full_mass": False,
@@ -125,10 +130,10 @@ def _register() -> None:
     quick = {"samples": 60, "warmup": 40}
     register_method(Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                            functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick,
-                           processes="split"))
+                           refuses=SUMS_OUT_ENUMERATED, processes="split"))
     register_method(Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass "
                            "matrix (diagonal, or dense: full_mass)", functools.partial(run_mcmc, "hmc"), hmc, quick=quick,
-                           processes="split"))
+                           refuses=SUMS_OUT_ENUMERATED, processes="split"))
     register_method(Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
                            functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2},
                            requires=frozenset({"continuous", "low-dimensional"}), quick={"samples": 100, "warmup": 100}))

@@ -24,8 +24,12 @@ eager ``vmap``, then a loop over chains.
 The potential holds no sampler's step: the sampler fuses its steps with :attr:`FlatPotential.graph` itself
 (:func:`~pyro_bdl.inference.mcmc.dynamics.fuse_with`).
 
-Discrete latent sites (Pyro's NUTS would enumerate them) are refused, as is a model with no latent
-site.
+Discrete latent sites marked for enumeration (``@config_enumerate``: :mod:`pyro_bdl.inference.enumeration`) are
+summed out: U is then minus the log of the marginal density :math:`\sum_z p(y, z, T(\theta))`, computed as Pyro's
+NUTS computes it (the model run under ``poutine.enum``, its log densities contracted by Pyro's
+``TraceEinsumEvaluator``), and theta holds the continuous sites only.  ``torch.func.vmap`` cannot map Pyro's
+enumeration, so such a potential loops over the chains inside the one traced graph (the loop runs once, at the
+trace).  A discrete latent site not marked for enumeration is refused, as is a model with no latent site.
 
 Example
 -------
@@ -53,10 +57,12 @@ import warnings
 import pyro
 import torch
 from pyro import poutine
+from pyro.infer.mcmc.util import TraceEinsumEvaluator
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to
 
 from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, fastest
+from pyro_bdl.inference.enumeration import enumerating, is_enumerated, plate_nesting
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]  # the warning: re-exported (compile/)
 
@@ -79,15 +85,21 @@ class FlatPotential:
             trace = poutine.trace(model).get_trace(**data)
         self.has_params = any(site["type"] == "param" for site in trace.nodes.values())
         self.sites, self.shapes, self.transforms, self.sizes = [], {}, {}, {}
+        #: the latent sites summed out (marked for enumeration), and the plates they go left of
+        self.enumerated, self.nesting = [], plate_nesting(trace)
         for name, site in trace.nodes.items():
             if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
                 continue
             if site["infer"].get("is_auxiliary"):
                 continue
             support = site["fn"].support
+            if is_enumerated(site):
+                self.enumerated.append(name)
+                continue
             if support.is_discrete:
                 raise ValueError(f"latent site '{name}' is discrete ({type(site['fn']).__name__}): the zoo's NUTS "
-                                 "samples continuous sites only; use kernel='pyro' (it enumerates discrete sites)")
+                                 "samples continuous sites and sums out those marked for enumeration; mark it "
+                                 "(@pyro.infer.config_enumerate, or infer={'enumerate': 'parallel'})")
             transform = biject_to(support)
             unconstrained = transform.inv(site["value"])
             self.sites.append(name)
@@ -97,6 +109,12 @@ class FlatPotential:
         if not self.sites:
             raise ValueError("the model has no latent sample site: nothing for NUTS to sample")
         self.dim = sum(self.sizes.values())
+        self._evaluator = None  # the contraction of an enumerated trace's log densities (None: nothing enumerated)
+        if self.enumerated:
+            with torch.no_grad(), pyro.validation_enabled(False):
+                prototype = poutine.trace(poutine.condition(
+                    self._enumerated_model(), data={s: trace.nodes[s]["value"] for s in self.sites})).get_trace(**data)
+            self._evaluator = TraceEinsumEvaluator(prototype, True, self.nesting)
         self.dtype = next(iter(trace.nodes[s]["value"] for s in self.sites)).dtype
         self.device = next(iter(trace.nodes[s]["value"] for s in self.sites)).device
         self._batched = None
@@ -123,9 +141,17 @@ class FlatPotential:
             values[name] = x
             log_det = log_det + self.transforms[name].log_abs_det_jacobian(u, x).sum()
         with pyro.validation_enabled(False):
-            trace = poutine.trace(poutine.condition(self.model, data=values)).get_trace(**data)
-            log_joint = trace.log_prob_sum()
+            if self._evaluator is None:
+                trace = poutine.trace(poutine.condition(self.model, data=values)).get_trace(**data)
+                log_joint = trace.log_prob_sum()
+            else:  # the enumerated sites summed out
+                trace = poutine.trace(poutine.condition(self._enumerated_model(), data=values)).get_trace(**data)
+                log_joint = self._evaluator.log_prob(trace)
         return -(log_joint + log_det)
+
+    def _enumerated_model(self):
+        """The model with its enumerated sites enumerated in parallel, left of its plates."""
+        return enumerating(self.model, self.enumerated, self.nesting)
 
     # --- public ---------------------------------------------------------------------------------
     def unpack(self, theta: torch.Tensor) -> dict:
@@ -179,8 +205,14 @@ class FlatPotential:
     def build(self, theta: torch.Tensor, tensors: tuple) -> None:
         """Builds the batched function (once; :meth:`value_and_grad` does at its first call) on these example
         arguments, theta (chains, D) and the data tensors: the fastest form that gives :meth:`_vmapped`'s values
-        (:func:`~pyro_bdl.inference.compile.fastest.fastest`), else :meth:`_looped` where ``vmap`` fails."""
+        (:func:`~pyro_bdl.inference.compile.fastest.fastest`), else :meth:`_looped` where ``vmap`` fails; for a model
+        with enumerated sites, the fastest form of :meth:`_looped` (``vmap`` cannot map the enumeration)."""
         if self._batched is not None:
+            return
+        if self.enumerated:  # vmap cannot map Pyro's enumeration: the loop over chains, traced
+            form = fastest(self._looped, (theta, *tensors), self._looped(theta, *tensors), compile=self.compile,
+                           mode="loop", what="the model's potential", stacklevel=3)
+            self._batched, self._graph, self._mode = form.run, form.graph, form.mode
             return
         try:
             reference = self._vmapped(theta, *tensors)

@@ -1,0 +1,233 @@
+"""Pyro's own example and tutorial models, as written (tests/pyro_example_models.py: the same signatures, argument
+names and data forms), through ``pyro_bdl.fit(model, data, inference=...)``, against a long run of Pyro's own
+``MCMC(NUTS(model))`` stored in tests/fixtures/pyro_examples_reference.json (benchmarks/pyro_examples_reference.py
+regenerates it).
+
+Checks, per (example, method) in :data:`CASES`:
+
+``nuts``
+    every compared site's posterior mean within K standard errors of the reference's, the standard error of the
+    difference of two independent MCMC estimates: sd_ref * sqrt(1 / ESS_ours + 1 / ESS_ref) (ESS of the mean, ArviZ
+    method "mean", ours measured on our draws); every sd within K standard errors of an sd estimate:
+    sd_ref * sqrt((kurtosis - 1) / 4 * (1 / ESS_sd_ours + 1 / ESS_sd_ref)) (the delta method on the variance,
+    whose variance is (m4 - sd^4) / n; kurtosis from the reference draws, 3 for a Gaussian, larger for the
+    heavy-tailed scales of hierarchical models).  K = 4.5: a check of a correct sampler fails with probability
+    below 1e-5.  The fit must pass pyro_bdl's own MCMC diagnostics (a ConvergenceWarning is an error here).
+``nuts-divergent``
+    the centred eight schools funnel: every NUTS run, Pyro's included, diverges on it and is biased in tau, so its
+    draws are not compared; the fit must say so (a ConvergenceWarning naming divergent transitions).
+``svi``
+    the default SVI guide (a Normal per latent in the unconstrained space, mean-field), with explicit run
+    lengths: every mean within SVI_TOL reference sds plus K standard errors of the two estimates
+    (sd_ref * sqrt(1 / draws + 1 / ESS_ref)).  Applied where the posterior is near-Gaussian (no hierarchical
+    scale): there a Gaussian q minimising KL(q || p) has the posterior's means exactly when p is Gaussian, and
+    off by a fraction of an sd from the skewness of p in the unconstrained space (the most skewed posterior
+    here, a batting average's Beta(8, 39), has its best logit-Normal q's mean 2e-7 sd from its own, by
+    quadrature); SVI_TOL = 0.3 allows that, the correlations a mean-field q ignores in a non-Gaussian p, and
+    the optimiser's residual movement at its final learning rate.  sds are not checked: a mean-field guide
+    underestimates them by design.
+``svi-runs``
+    hierarchical models, where mean-field SVI is known to be biased by more than an sd in the group scale
+    (Yao et al. 2018, "Yes, but did it work?", on eight schools): the fit runs and gives finite draws of every
+    site in the reference's shapes; no accuracy claim.
+``map``
+    where the posterior is near-Gaussian: the mode within MAP_TOL reference sds plus K standard errors of the
+    reference mean.  A joint mode differs from the marginal means by O(d / sqrt(n)) posterior sds for d
+    parameters and n observations; the largest here is the regressions' noise scale, whose joint mode
+    sqrt(RSS / n) lies (p + 1) / (2 n) sigma = 1.8 % below its posterior mean against a posterior sd of
+    sigma / sqrt(2 n) = 5.4 %: 0.33 sd.  MAP_TOL = 0.5.
+``map-degenerate``
+    hierarchical models whose joint density is unbounded (a group scale going to 0 with the group effects at
+    their mean: centred eight schools, partially pooled baseball's kappa going to infinity, the logit model's
+    scale, the logistic model's sigma_alpha): there is no mode; the optimisation cannot settle, and the fit
+    must warn (pyro_bdl.ConvergenceWarning).
+``map-runs``
+    non-centred hierarchical models and the horseshoe, whose joint density is bounded but whose mode (a scale at
+    or near 0) is far from the posterior mean: the fit runs, one finite draw of every site in its shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pytest
+from posterior_checks import K
+from pyro_example_models import EXAMPLES
+
+import pyro_bdl
+
+REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "pyro_examples_reference.json").read_text())
+SVI_TOL = 0.3
+MAP_TOL = 0.5
+
+NUTS = {"chains": 2, "samples": 1000, "warmup": 500}
+SVI = {"steps": 2000, "lr": 0.05, "samples": 1000}
+MAP = {"steps": 2000, "lr": 0.05}
+slow = pytest.mark.slow
+
+#: (example, check, settings, marks): every example with the methods that apply to it.
+CASES = [
+    ("eight_schools_mcmc", "nuts", NUTS, ()),
+    ("eight_schools_mcmc", "svi-runs", SVI, ()),
+    ("eight_schools_mcmc", "map-runs", MAP, ()),
+    ("eight_schools_mcmc_positional", "nuts", NUTS, ()),
+    ("eight_schools_centered", "nuts-divergent", NUTS, ()),
+    ("eight_schools_centered", "svi-runs", SVI, ()),
+    ("eight_schools_centered", "map-degenerate", MAP, ()),
+    ("eight_schools_noncentered", "nuts", NUTS, ()),
+    ("eight_schools_noncentered", "svi-runs", SVI, ()),
+    ("eight_schools_noncentered", "map-runs", MAP, ()),
+    ("fully_pooled", "nuts", NUTS, ()),
+    ("fully_pooled", "svi", SVI, ()),
+    ("fully_pooled", "map", MAP, ()),
+    ("not_pooled", "nuts", NUTS, ()),
+    ("not_pooled", "svi", SVI, ()),
+    ("not_pooled", "map", MAP, ()),
+    ("partially_pooled", "nuts", NUTS, ()),
+    ("partially_pooled", "svi-runs", SVI, ()),
+    ("partially_pooled", "map-degenerate", MAP, ()),
+    ("partially_pooled_with_logit", "nuts", NUTS, ()),
+    ("partially_pooled_with_logit", "svi-runs", SVI, ()),
+    ("partially_pooled_with_logit", "map-degenerate", MAP, ()),
+    ("ruggedness", "nuts", NUTS, ()),
+    ("ruggedness", "svi", SVI, ()),
+    ("ruggedness", "map", MAP, ()),
+    ("bayesian_regression_module", "nuts", NUTS, ()),
+    ("bayesian_regression_module", "svi", SVI, ()),
+    ("bayesian_regression_module", "map", MAP, ()),
+    ("horseshoe", "nuts", NUTS, (slow,)),
+    ("horseshoe", "svi-runs", SVI, ()),
+    ("horseshoe", "map-runs", MAP, ()),
+    ("hierarchical_logistic", "nuts", NUTS, ()),
+    ("hierarchical_logistic", "svi-runs", SVI, ()),
+    ("hierarchical_logistic", "map-degenerate", MAP, ()),
+    ("pumps", "nuts", NUTS, ()),
+    ("pumps", "svi-runs", SVI, ()),
+    ("pumps", "map-runs", MAP, ()),
+    ("poisson_regression", "nuts", NUTS, ()),
+    ("poisson_regression", "svi", SVI, ()),
+    ("poisson_regression", "map", MAP, ()),
+    ("gmm", "nuts", NUTS, ()),
+    ("gmm", "svi", SVI, ()),
+    ("gmm", "map", MAP, ()),
+]
+
+METHOD = {"nuts": "nuts", "nuts-divergent": "nuts", "svi": "svi", "svi-runs": "svi", "map": "map",
+          "map-degenerate": "map", "map-runs": "map"}
+
+
+def reference_sites(example) -> dict:
+    """The reference's summaries of the sites compared for ``example``."""
+    sites = REFERENCE["models"][example.reference_name]["sites"]
+    return {s: sites[s] for s in (example.compare or sites)}
+
+
+def fit_draws(example, result, sites) -> dict[str, np.ndarray]:
+    """Our draws of ``sites`` as float64 (chains, draws, *shape), relabelled as the reference was."""
+    missing = [s for s in sites if s not in result.samples]
+    assert not missing, f"sites {missing} of the reference are not in the fit's draws {sorted(result.samples)}"
+    draws = {s: result.samples[s].detach().double().numpy() for s in result.samples}
+    if example.relabel is not None:
+        draws = example.relabel(draws)
+    for s, ref in sites.items():
+        assert draws[s].shape[2:] == tuple(ref["shape"]), f"{s}: shape {draws[s].shape[2:]}, reference {ref['shape']}"
+        assert np.isfinite(draws[s]).all(), f"{s}: non-finite draws"
+    return {s: draws[s].reshape(draws[s].shape[0], draws[s].shape[1], -1) for s in sites}
+
+
+def _fit(example, check, settings):
+    data = example.data()
+    method = METHOD[check]
+    if check == "nuts-divergent":
+        with pytest.warns(pyro_bdl.ConvergenceWarning, match="divergent"):
+            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
+    if check == "map-degenerate":
+        with pytest.warns(pyro_bdl.ConvergenceWarning):
+            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
+    if example.relabel is not None and method == "nuts":
+        # label switching between chains makes the raw draws' r_hat meaningless: the diagnostics are redone below
+        # on the relabelled draws (check_mixing)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
+            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
+    return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
+
+
+def check_mixing(name, draws):
+    """pyro_bdl's own MCMC diagnostic rules (r_hat <= 1.01, bulk ESS >= 100 per chain) on relabelled draws."""
+    for s, value in draws.items():
+        for j in range(value.shape[2]):
+            rhat, ess = float(az.rhat(value[:, :, j])), float(az.ess(value[:, :, j], method="bulk"))
+            assert rhat <= 1.01 and ess >= 100 * value.shape[0], f"{name} {s}[{j}]: r_hat {rhat:.3f}, ESS {ess:.0f}"
+
+
+def check_nuts(name, draws, sites):
+    errors = []
+    for s, ref in sites.items():
+        value = draws[s]
+        mean, sd = value.reshape(-1, value.shape[2]).mean(0), value.reshape(-1, value.shape[2]).std(0, ddof=1)
+        ess_mean = np.array([float(az.ess(value[:, :, j], method="mean")) for j in range(value.shape[2])])
+        ess_sd = np.array([float(az.ess(value[:, :, j], method="sd")) for j in range(value.shape[2])])
+        r_mean, r_sd = np.array(ref["mean"]), np.array(ref["sd"])
+        tol_mean = K * r_sd * np.sqrt(1 / ess_mean + 1 / np.array(ref["ess_mean"]))
+        kurt = np.array(ref["kurtosis"])
+        tol_sd = K * r_sd * np.sqrt((kurt - 1) / 4 * (1 / ess_sd + 1 / np.array(ref["ess_sd"])))
+        for j in np.flatnonzero(np.abs(mean - r_mean) >= tol_mean):
+            errors.append(f"{s}[{j}] mean {mean[j]:.4g} vs Pyro {r_mean[j]:.4g} (tol {tol_mean[j]:.3g})")
+        for j in np.flatnonzero(np.abs(sd - r_sd) >= tol_sd):
+            errors.append(f"{s}[{j}] sd {sd[j]:.4g} vs Pyro {r_sd[j]:.4g} (tol {tol_sd[j]:.3g})")
+    assert not errors, f"{name}: " + "; ".join(errors)
+
+
+def check_point(name, draws, sites, width, n_draws):
+    """Means (or the one MAP draw) within ``width`` reference sds plus K standard errors of the two estimates."""
+    errors = []
+    for s, ref in sites.items():
+        est = draws[s].reshape(-1, draws[s].shape[2]).mean(0)
+        r_mean, r_sd = np.array(ref["mean"]), np.array(ref["sd"])
+        mc = np.sqrt(1 / np.array(ref["ess_mean"]) + (1 / n_draws if n_draws else 0.0))
+        tol = r_sd * (width + K * mc)
+        for j in np.flatnonzero(np.abs(est - r_mean) >= tol):
+            errors.append(f"{s}[{j}] {est[j]:.4g} vs Pyro mean {r_mean[j]:.4g} (sd {r_sd[j]:.3g}, tol {tol[j]:.3g})")
+    assert not errors, f"{name}: " + "; ".join(errors)
+
+
+def _case_params():
+    for name, check, settings, marks in CASES:
+        yield pytest.param(name, check, settings, id=f"{name}-{check}", marks=list(marks))
+
+
+def test_every_example_has_a_reference_and_cases():
+    assert set(REFERENCE["models"]) == {e.reference_name for e in EXAMPLES.values()}
+    assert {name for name, *_ in CASES} == set(EXAMPLES)
+    for name, entry in REFERENCE["models"].items():
+        settings = entry["settings"]
+        assert settings["chains"] >= 4 and settings["chains"] * settings["samples"] >= 4000, (name, settings)
+        for site, ref in entry["sites"].items():
+            assert max(ref["r_hat"]) < 1.01 or name == "eight_schools_centered", (name, site, max(ref["r_hat"]))
+
+
+@pytest.mark.parametrize("name,check,settings", list(_case_params()))
+def test_pyro_example(name, check, settings):
+    example = EXAMPLES[name]
+    sites = reference_sites(example)
+    result = _fit(example, check, settings)
+    assert set(result.likelihood_sites).isdisjoint(sites), f"posterior sites as data: {result.likelihood_sites}"
+    draws = fit_draws(example, result, sites)
+    if check == "nuts":
+        if example.relabel is not None:
+            check_mixing(name, draws)
+        check_nuts(name, draws, sites)
+    elif check == "svi":
+        check_point(name, draws, sites, SVI_TOL, result.num_draws)
+    elif check == "map":
+        assert result.num_draws == 1
+        check_point(name, draws, sites, MAP_TOL, 0)
+    elif check in ("map-runs", "map-degenerate"):
+        assert result.num_draws == 1
+    assert math.isfinite(float(sum(np.sum(v) for v in draws.values())))
