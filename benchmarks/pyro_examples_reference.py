@@ -51,13 +51,14 @@ def run_chain(example, args, kwargs, seed: int, samples: int, warmup: int) -> tu
     number of divergent transitions."""
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
-    mcmc = MCMC(NUTS(example.model, **example.nuts), num_samples=samples, warmup_steps=warmup, num_chains=1,
+    model = example.reference_model or example.model
+    mcmc = MCMC(NUTS(model, **example.nuts), num_samples=samples, warmup_steps=warmup, num_chains=1,
                 disable_progbar=True)
     mcmc.run(*args, **kwargs)
     draws = {k: v.detach() for k, v in mcmc.get_samples().items()}
-    extra = deterministic_sites(example.model, args, kwargs) + list(example.derived)
+    extra = deterministic_sites(model, args, kwargs) + list(example.derived)
     if extra:
-        det = Predictive(example.model, posterior_samples=draws, return_sites=extra, parallel=False)(*args, **kwargs)
+        det = Predictive(model, posterior_samples=draws, return_sites=extra, parallel=False)(*args, **kwargs)
         draws.update({k: v.detach() for k, v in det.items()})  # (samples, *shape)
     divergences = int(sum(len(v) for v in mcmc.diagnostics()["divergences"].values()))
     return draws, divergences
@@ -93,8 +94,11 @@ def reference(example, chains: int, samples: int, warmup: int, seed: int) -> dic
     stacked = {site: np.stack([r[0][site].numpy() for r in runs]) for site in runs[0][0]}
     if example.relabel is not None:
         stacked = example.relabel(stacked)
-    return {"source": example.source, "seconds": round(seconds, 1), "divergences": sum(r[1] for r in runs),
-            "sites": summarise(stacked)}
+    entry = {"source": example.source, "seconds": round(seconds, 1), "divergences": sum(r[1] for r in runs),
+             "sites": summarise(stacked)}
+    if example.reference_model is not None:
+        entry["sampled"] = "the same posterior non-centred (poutine.reparam with LocScaleReparam(centered=0.0))"
+    return entry
 
 
 def main(argv=None) -> None:

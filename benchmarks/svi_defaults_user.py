@@ -32,6 +32,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -137,7 +138,38 @@ def _poisson_data(seed, n=200, a=3.0, b=(0.4, -0.6)):
     return {"X": X, "y": torch.poisson((a + X @ torch.tensor(b)).exp(), generator=g)}
 
 
+def centred_model(x, y=None):
+    """A prior centred away from 0 (a user's guess of the intercept): a ~ N(50, 10), b ~ N(0, 5), sigma ~ Exp(0.2)."""
+    a = pyro.sample("a", dist.Normal(50.0, 10.0))
+    b = pyro.sample("b", dist.Normal(0.0, 5.0))
+    sigma = pyro.sample("sigma", dist.Exponential(0.2))
+    with pyro.plate("data", len(x)):
+        pyro.sample("y", dist.Normal(a + b * x, sigma), obs=y)
+
+
+def _centred_data(seed, n=80):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    return {"x": x, "y": 46.0 + 2.0 * x + 4.0 * torch.randn(n, generator=g)}
+
+
 # the check family: other functions, sizes, noise levels and scales
+
+
+def height_model(weight, height=None):
+    """Statistical Rethinking's m4.3 (heights on weights, centred): a ~ N(178, 20), b ~ LogNormal(0, 1),
+    sigma ~ Uniform(0, 50)."""
+    a = pyro.sample("a", dist.Normal(178.0, 20.0))
+    b = pyro.sample("b", dist.LogNormal(0.0, 1.0))
+    sigma = pyro.sample("sigma", dist.Uniform(0.0, 50.0))
+    with pyro.plate("data", len(weight)):
+        pyro.sample("height", dist.Normal(a + b * (weight - weight.mean()), sigma), obs=height)
+
+
+def _height_data(seed, n=352):
+    g = torch.Generator().manual_seed(seed)
+    weight = 45.0 + 6.5 * torch.randn(n, generator=g)
+    return {"weight": weight, "height": 154.6 + 0.9 * (weight - weight.mean()) + 5.1 * torch.randn(n, generator=g)}
 
 
 def quadratic_model(t, y=None):
@@ -256,13 +288,17 @@ def _gamma(g, k, mu):
 
 @dataclass(frozen=True)
 class Problem:
-    """A user-style model and its generated data; ``point``: whether MAP and MLE have a finite mode on it."""
+    """A user-style model and its generated data; ``point``: whether MAP and MLE have a finite mode on it (not on a
+    hierarchical model: the joint density grows without bound as the group sd goes to 0); ``plated``: whether it has
+    latent sites in a plate, which ``svi-meanfield``'s guide (:class:`~pyro_bdl.inference.guides.MeanFieldGuide`)
+    does not declare (Pyro refuses the guide's site shape), so that method is left out there."""
 
     name: str
     family: str
     model: Callable
     data: Callable[[int], dict]
     point: bool = True
+    plated: bool = False
 
 
 PROBLEMS = [
@@ -271,13 +307,15 @@ PROBLEMS = [
             lambda s: _linear_data(s, 100, 25.0, [3.0, -0.5], 2.0, [("n", 0.0, 1.0), ("u", 0.0, 10.0)])),
     Problem("linear-tight", "tune", linear_model,
             lambda s: _linear_data(s, 500, -4.0, [0.7, 1.3, -2.0], 0.1, [("n", 0.0, 1.0)] * 3)),
-    Problem("hier-intercepts", "tune", hier_model, _hier_data, point=False),
+    Problem("hier-intercepts", "tune", hier_model, _hier_data, point=False, plated=True),
     Problem("logistic", "tune", logistic_model, _logistic_data),
     Problem("poisson", "tune", poisson_model, _poisson_data),
+    Problem("centred-prior", "tune", centred_model, _centred_data),
     Problem("quadratic", "check", quadratic_model, _quadratic_data),
+    Problem("heights", "check", height_model, _height_data),
     Problem("robust-t", "check", robust_model, _robust_data),
-    Problem("slopes-noncentred", "check", slopes_model, _slopes_data, point=False),
-    Problem("eight-schools", "check", schools_model, _schools_data, point=False),
+    Problem("slopes-noncentred", "check", slopes_model, _slopes_data, point=False, plated=True),
+    Problem("eight-schools", "check", schools_model, _schools_data, point=False, plated=True),
     Problem("binomial", "check", binomial_model, _binomial_data),
     Problem("gamma", "check", gamma_model, _gamma_data),
 ]
@@ -296,11 +334,11 @@ def flat_summary(samples: dict) -> dict:
     return out
 
 
-def nuts_reference(problem: Problem, seed: int = 0) -> dict:
+def nuts_reference(problem: Problem, seed: int = 0, quick: bool = False) -> dict:
+    size = {"samples": 200, "warmup": 200, "chains": 1} if quick else {"samples": 1000, "warmup": 500, "chains": 2}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = pyro_bdl.fit(problem.model, problem.data(seed), inference="nuts", progress=False, seed=seed,
-                           samples=1000, warmup=500, chains=2)
+        fit = pyro_bdl.fit(problem.model, problem.data(seed), inference="nuts", progress=False, seed=seed, **size)
     return {**flat_summary(fit.samples), "_info": {k: fit.info.get(k) for k in ("max_r_hat", "min_ess_bulk", "divergences")}}
 
 
@@ -341,18 +379,21 @@ def mode(problem: Problem, start: dict, likelihood_only: bool = False, seed: int
 # the fits
 
 
-def score(result, ref: dict, target: dict | None = None) -> dict:
+def score(result, ref: dict, target: dict | None = None, optimum: dict | None = None) -> dict:
     """``err``: max over scalars of |mean - target mean| / NUTS sd (``target``: site -> flat array, default the NUTS
-    means); ``sd_lo``, ``sd_hi``: the range of the fit's sd over the NUTS sd."""
+    means); ``conv``: the same against ``optimum`` (site -> flat array: the method's long run, the optimum its guide
+    family reaches; NaN without one); ``sd_lo``, ``sd_hi``: the range of the fit's sd over the NUTS sd."""
     got = flat_summary(result.samples)
-    errs, ratios = [], []
+    errs, convs, ratios = [], [], []
     for name, (mean, sd) in got.items():
         ref_mean, ref_sd = ref[name]
         goal = ref_mean if target is None else target[name]
         errs.append(np.abs(mean - goal) / ref_sd)
+        convs.append(np.abs(mean - optimum[name]) / ref_sd if optimum is not None else np.full_like(mean, np.nan))
         ratios.append(sd / ref_sd)
-    errs, ratios = np.concatenate(errs), np.concatenate(ratios)
-    return {"err": float(errs.max()), "sd_lo": float(ratios.min()), "sd_hi": float(ratios.max())}
+    errs, convs, ratios = np.concatenate(errs), np.concatenate(convs), np.concatenate(ratios)
+    return {"err": float(errs.max()), "conv": float(convs.max()), "sd_lo": float(ratios.min()),
+            "sd_hi": float(ratios.max())}
 
 
 def loss_trend(losses) -> tuple[float, float]:
@@ -375,14 +416,90 @@ def run_fit(problem: Problem, method: str, settings: dict, seed: int = 0, data_s
     return result, messages, seconds
 
 
+#: Settings to fit with ("default": the methods' defaults for a user's program, ``Method.user_defaults``; "old": the
+#: zoo's schedule, which user programs had before issue 35); the ``-300`` / ``-1000`` ones are the too-short runs.
 CANDIDATES = {
+    "default": {},
     "old": {"steps": 2000, "lr": 0.02, "lr_hold": 0.0},
     "hold50": {"steps": 2000, "lr": 0.02, "lr_hold": 0.5},
     "hold75": {"steps": 2000, "lr": 0.02, "lr_hold": 0.75},
     "lr05-hold50": {"steps": 2000, "lr": 0.05, "lr_hold": 0.5},
     "lr05-hold75": {"steps": 2000, "lr": 0.05, "lr_hold": 0.75},
     "lr1-hold50": {"steps": 2000, "lr": 0.1, "lr_hold": 0.5},
+    "old-300": {"steps": 300, "lr": 0.02, "lr_hold": 0.0},
+    "old-1000": {"steps": 1000, "lr": 0.02, "lr_hold": 0.0},
+    "default-300": {"steps": 300},
+    "long": {"steps": 10000},
 }
+SHORT = ["old-300", "old-1000", "old", "default-300"]
+#: A fit is off when its answer is this many posterior sds (NUTS) or more from the reference.
+OFF = 1.0
+
+HEADER = ("| family | model | method | settings | seed | err | conv | sd / NUTS sd | drift | travelling | pace | "
+          "loss settled | warned | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table_row(problem: Problem, method: str, cand: str, seed: int, row: dict, info: dict, messages, seconds) -> str:
+    kinds = ("moving" if info.get("moving") else "") + ("+loss" if info.get("settled") is False else "")
+    sd = "" if method in ("map", "mle") else f"{row['sd_lo']:.2f}-{row['sd_hi']:.2f}"
+    travelling = info.get("drift_travelling", math.nan)
+    where = f" ({info.get('drift_travelling_at')})" if travelling > 0 else ""
+    return (f"| {problem.family} | {problem.name} | {method} | {cand} | {seed} | {row['err']:.2f} | "
+            f"{row['conv']:.2f} | {sd} | "
+            f"{info.get('drift', math.nan):.2f} ({info.get('drift_at')}) | {travelling:.2f}{where} | "
+            f"{info.get('drift_pace', math.nan):.2f} | {info.get('settled')} | {kinds if messages else '-'} | "
+            f"{seconds:.0f} |")
+
+
+def optimum(problem: Problem, method: str, cache: dict) -> dict:
+    """The answer ``method`` converges to on ``problem`` with its default guide: a run of ``LONG`` steps (5x the
+    default; the rate held for half, then decaying) at the user defaults, seed 0; site -> flat means.  What a fit's
+    ``conv`` is measured against: the distance from NUTS (``err``) is the guide family's own bias plus the
+    optimiser's shortfall, this the shortfall alone."""
+    entry = cache[problem.name].setdefault("long", {})
+    if method not in entry:
+        result, _, _ = run_fit(problem, method, {**CANDIDATES["long"], "samples": 4000}, 0)
+        entry[method] = {n: v[0].tolist() for n, v in flat_summary(result.samples).items()}
+    return {n: np.asarray(v) for n, v in entry[method].items()}
+
+
+def references(problem: Problem, cache: dict, quick: bool) -> dict:
+    """NUTS's mean and sd per site (flat), and the MAP and MLE by L-BFGS where they exist; kept in ``cache``."""
+    if problem.name not in cache:
+        ref = nuts_reference(problem, quick=quick)
+        means = {n: v[0] for n, v in ref.items() if not n.startswith("_")}
+        entry = {"nuts": {n: [v[0].tolist(), v[1].tolist()] for n, v in ref.items() if not n.startswith("_")},
+                 "nuts_info": ref["_info"]}
+        if problem.point:
+            entry["map"] = {n: v.tolist() for n, v in mode(problem, means).items()}
+            entry["mle"] = {n: v.tolist() for n, v in mode(problem, means, True).items()}
+        cache[problem.name] = entry
+    return cache[problem.name]
+
+
+def rugged_table(seeds: int, fixture: str) -> int:
+    """The ruggedness stand-in fitted with ``svi`` (guides normal and mvn) at the user defaults and at the old
+    schedule, ``seeds`` seeds each: per site the mean over seeds of the posterior mean, its sd over seeds, the mean
+    posterior sd, and the distance from NUTS (``fixture``: tests/fixtures/rugged_nuts.json) in NUTS sds."""
+    with open(fixture) as f:
+        nuts = json.load(f)["sites"]
+    print("| settings | guide | site | NUTS mean (sd) | svi mean, over seeds (sd over seeds) | svi sd | "
+          "(svi - NUTS) / NUTS sd |\n|---|---|---|---|---|---|---|")
+    for label, settings in (("default", {}), ("old", CANDIDATES["old"])):
+        for guide in ("normal", "mvn"):
+            means, sds = [], []
+            for seed in range(seeds):
+                result, _, _ = run_fit(PROBLEMS[0], "svi", {**settings, "guide": guide}, seed)
+                summary = flat_summary(result.samples)
+                means.append({n: float(v[0][0]) for n, v in summary.items()})
+                sds.append({n: float(v[1][0]) for n, v in summary.items()})
+            for name, ref in nuts.items():
+                m = np.array([row[name] for row in means])
+                sd = float(np.mean([row[name] for row in sds]))
+                print(f"| {label} | {guide} | {name} | {ref['mean']:.3f} ({ref['sd']:.3f}) | {m.mean():.3f} "
+                      f"({m.std(ddof=1) if len(m) > 1 else math.nan:.3f}) | {sd:.3f} | "
+                      f"{(m.mean() - ref['mean']) / ref['sd']:+.2f} |", flush=True)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -390,47 +507,58 @@ def main(argv=None) -> int:
     parser.add_argument("--family", nargs="+", default=["tune", "check"])
     parser.add_argument("--problems", nargs="+", help="only these problems (by name)")
     parser.add_argument("--methods", nargs="+", default=["svi", "svi-meanfield", "map", "mle"])
-    parser.add_argument("--candidates", nargs="+", default=["default"],
-                        help=f"settings to fit with: 'default' (the methods' defaults) or of {list(CANDIDATES)}")
+    parser.add_argument("--candidates", nargs="+", default=["default"], choices=list(CANDIDATES),
+                        help="settings to fit with (default: the methods' defaults for a user's program)")
+    parser.add_argument("--short", action="store_true", help=f"the too-short runs: {SHORT}, svi and map")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cache", help="a JSON file to keep the references in between runs")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more settings for every fit")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: one small model, svi and map, 300 steps")
+    parser.add_argument("--write-fixture", metavar="PATH",
+                        help="write the NUTS reference of the ruggedness stand-in (tests/test_svi_convergence.py's) and stop")
+    parser.add_argument("--rugged", type=int, metavar="SEEDS",
+                        help="the ruggedness stand-in's svi fits next to NUTS (tests/fixtures/rugged_nuts.json), over SEEDS "
+                             "seeds, and stop")
     args = parser.parse_args(argv)
+    if args.write_fixture:
+        return write_fixture(args.write_fixture)
+    if args.rugged:
+        return rugged_table(args.rugged, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "rugged_nuts.json"))
     extra = {k: v for k, _, v in (p.partition("=") for p in args.set)}
+    if args.short:
+        args.candidates, args.methods = SHORT, ["svi", "map"]
+    if args.quick:
+        args.family, args.problems, args.methods, args.candidates = ["tune"], ["poisson"], ["svi", "map"], ["default-300"]
+        extra.setdefault("samples", "100")
     problems = [p for p in PROBLEMS if p.family in args.family and (not args.problems or p.name in args.problems)]
     cache = _load_cache(args.cache)
+    print(HEADER, flush=True)
+    tally = {"ok": 0, "ok warned": 0, "off": 0, "off warned": 0, "off moving": 0}
     for problem in problems:
-        if problem.name not in cache:
-            ref = nuts_reference(problem)
-            means = {n: v[0] for n, v in ref.items() if not n.startswith("_")}
-            cache[problem.name] = {"nuts": {n: [v[0].tolist(), v[1].tolist()] for n, v in ref.items() if not n.startswith("_")},
-                                   "nuts_info": ref["_info"]}
-            if problem.point:
-                cache[problem.name]["map"] = {n: v.tolist() for n, v in mode(problem, means).items()}
-                cache[problem.name]["mle"] = {n: v.tolist() for n, v in mode(problem, means, True).items()}
-            _save_cache(args.cache, cache)
-        ref = {n: (np.asarray(m), np.asarray(s)) for n, (m, s) in cache[problem.name]["nuts"].items()}
+        refs = references(problem, cache, args.quick)
+        _save_cache(args.cache, cache)
+        ref = {n: (np.asarray(m), np.asarray(s)) for n, (m, s) in refs["nuts"].items()}
         for method in args.methods:
-            if method in ("map", "mle") and not problem.point:
+            if method in ("map", "mle") and not problem.point or method == "svi-meanfield" and problem.plated:
                 continue
-            target = None if method not in ("map", "mle") else {n: np.asarray(v) for n, v in cache[problem.name][method].items()}
+            target = None if method not in ("map", "mle") else {n: np.asarray(v) for n, v in refs[method].items()}
+            best = optimum(problem, method, cache) if target is None and not args.quick else target
+            _save_cache(args.cache, cache)
             for cand in args.candidates:
-                settings = dict(CANDIDATES.get(cand, {}))
-                settings.update(extra)
-                if method.startswith("svi"):
-                    settings.setdefault("samples", 1000)
+                settings = {**CANDIDATES[cand], **extra}
+                if not method.startswith("svi"):
+                    settings.pop("samples", None)
                 for seed in args.seeds:
                     result, messages, seconds = run_fit(problem, method, settings, seed)
-                    row = score(result, ref, target)
-                    info = result.info
-                    dl, se = loss_trend(result.losses)
-                    print(f"{problem.family:6s} {problem.name:18s} {method:14s} {cand:12s} seed {seed} "
-                          f"err {row['err']:7.2f} sd [{row['sd_lo']:.2f}, {row['sd_hi']:.2f}] "
-                          f"drift {info.get('drift', math.nan):6.3f} ({info.get('drift_at')}) "
-                          f"sd {info.get('drift_sd', math.nan):5.3f} pace {info.get('drift_pace', math.nan):5.3f} "
-                          f"({info.get('drift_pace_at')}) settled {info.get('settled')} dL {dl:.3g} se {se:.3g} "
-                          f"{'W' if messages else '-'} {seconds:5.1f}s {' | '.join(m[:60] for m in messages)}", flush=True)
+                    row = score(result, ref, target, best)
+                    print(table_row(problem, method, cand, seed, row, result.info, messages, seconds), flush=True)
+                    key = "ok" if not row["conv"] >= OFF else "off"  # NaN (no optimum, --quick): ok
+                    tally[key] += 1
+                    tally[f"{key} warned"] += bool(messages)
+                    tally["off moving"] += key == "off" and bool(result.info.get("moving"))
+    print(f"\nfits within {OFF} sd of where they converge (conv): {tally['ok']}, of which warned: {tally['ok warned']}; "
+          f"off by {OFF} sd or more: {tally['off']}, of which warned: {tally['off warned']} "
+          f"(by the drift check: {tally['off moving']})")
     return 0
 
 

@@ -340,6 +340,8 @@ class Plan:
             if spec.inference.init_loc_fn is not None and self.method.takes_init:
                 extra["init_loc_fn"] = spec.inference.init_loc_fn
             extra.update(spec.inference.method_kwargs.get(self.method.name, {}))
+        elif self.method.user_init is not None and self.method.takes_init:  # a user's own program
+            extra["init_loc_fn"] = self.method.user_init
         return extra
 
 

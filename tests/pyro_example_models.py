@@ -224,14 +224,15 @@ def horseshoe_regression(X, Y):
 # 11. A hierarchical logistic regression (varying intercepts), in the idioms of Pyro's examples: plates, an
 #     integer index tensor, ``.expand(...).to_event(1)``.
 # ----------------------------------------------------------------------------------------------------------
-def logistic_data(seed: int = 2, groups: int = 6, per_group: int = 40) -> dict:
-    """``x`` (240, 2) float, ``group`` (240,) int64 in 0..5, ``y`` (240,) 0/1 float: intercepts N(-0.3, 0.8^2),
-    slopes (1.0, -0.7)."""
+def logistic_data(seed: int = 2, groups: int = 8, per_group: int = 80) -> dict:
+    """``x`` (640, 2) float, ``group`` (640,) int64 in 0..7, ``y`` (640,) 0/1 float: intercepts N(-0.3, 1), slopes
+    (1.0, -0.7).  80 observations a group pin each intercept to about 0.25 against a spread of 1 between groups: the
+    centred form suits these data (with 40 a group in 6 groups, Pyro's NUTS diverged 196 times in 4000 draws)."""
     rng = np.random.default_rng(seed)
     n = groups * per_group
     x = rng.normal(size=(n, 2))
     group = np.repeat(np.arange(groups), per_group)
-    alpha = -0.3 + 0.8 * rng.normal(size=groups)
+    alpha = -0.3 + 1.0 * rng.normal(size=groups)
     logits = alpha[group] + x @ np.array([1.0, -0.7])
     y = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(np.float64)
     return {"x": torch.tensor(x, dtype=torch.float), "group": torch.tensor(group),
@@ -335,7 +336,9 @@ class Example:
     differ only in their data's form share one), ``compare`` the sites compared with the reference (None: all
     the reference holds), ``relabel`` a map of draws to a label-invariant form (mixtures), ``nuts`` extra
     arguments of Pyro's NUTS for the reference run, ``derived`` sites that are functions of the latents but that
-    Pyro's ``site_is_deterministic`` does not flag (a reparameterisation handler's rebuilt site), recorded too."""
+    Pyro's ``site_is_deterministic`` does not flag (a reparameterisation handler's rebuilt site), recorded too,
+    ``reference_model`` the model Pyro's reference run samples instead of ``model``: the same posterior
+    non-centred, where ``model``'s funnel makes every NUTS run diverge and so biases it."""
 
     name: str
     model: Callable
@@ -346,6 +349,7 @@ class Example:
     relabel: Callable | None = None
     nuts: dict = field(default_factory=dict)
     derived: tuple = ()
+    reference_model: Callable | None = None
 
     @property
     def reference_name(self) -> str:
@@ -370,14 +374,21 @@ EXAMPLES = {e.name: e for e in [
             "examples/eight_schools/mcmc.py"),
     Example("eight_schools_mcmc_positional", conditioned_model, lambda: (eight_schools_model, sigma, y),
             "examples/eight_schools/mcmc.py", reference="eight_schools_mcmc"),
+    # the centred funnel biases every NUTS run: its reference is the non-centred model's run (the same posterior)
     Example("eight_schools_centered", eight_schools_centered, _schools_keyword,
-            "keyword eight schools (Pyro/NumPyro MCMC tests)"),
+            "keyword eight schools (Pyro/NumPyro MCMC tests)", reference="eight_schools_noncentered",
+            compare=("mu", "tau", "theta")),
     Example("eight_schools_noncentered", eight_schools_noncentered, _schools_keyword,
             "keyword eight schools + poutine.reparam(LocScaleReparam)", derived=("theta",)),
     Example("fully_pooled", fully_pooled, baseball_data, "examples/baseball.py"),
     Example("not_pooled", not_pooled, _baseball_dict, "examples/baseball.py"),
     Example("partially_pooled", partially_pooled, baseball_data, "examples/baseball.py"),
-    Example("partially_pooled_with_logit", partially_pooled_with_logit, _baseball_dict, "examples/baseball.py"),
+    # as written (centred), Pyro's NUTS diverged 39 times in 4000 draws (r_hat 1.045): the scale's posterior piles
+    # up near 0, a funnel; the reference samples the same posterior non-centred
+    Example("partially_pooled_with_logit", partially_pooled_with_logit, _baseball_dict, "examples/baseball.py",
+            compare=("loc", "scale", "alpha"), derived=("alpha",),
+            reference_model=poutine.reparam(partially_pooled_with_logit,
+                                            config={"alpha": LocScaleReparam(centered=0.0)})),
     Example("ruggedness", ruggedness_model, lambda: dict(zip(("is_cont_africa", "ruggedness", "log_gdp"),
                                                              rugged_data())),
             "tutorial/source/bayesian_regression.ipynb (part II) / intro_long.ipynb"),

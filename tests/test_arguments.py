@@ -178,6 +178,13 @@ def test_compare_loo_says_why_a_point_fit_is_left_out():
     with pytest.warns(UserWarning, match="leaves out map: a point estimate has no posterior draws"):
         with pytest.raises(ValueError, match="needs at least two fits with 100 or more posterior draws"):
             pyro_bdl.compare_loo({"nuts": nuts, "map": point})
+    svi = pyro_bdl.fit(regression, (X, Y), inference="svi", steps=500, samples=200, progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = pyro_bdl.compare_loo({"nuts": nuts, "svi": svi})
+    assert sorted(table.index) == ["nuts", "svi"]
+    # ArviZ's use of a keyword pandas deprecates is not shown: nothing a user could change
+    assert not [w for w in caught if "inplace" in str(w.message)]
 
 
 def test_a_guides_one_chain_prints_no_arviz_shape_warning(capfd):

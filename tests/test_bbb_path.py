@@ -346,7 +346,8 @@ def test_grad_clamp_setting_reaches_the_optimiser_and_must_be_positive(monkeypat
 @pytest.mark.parametrize("lr_hold", [0.0, 0.5])
 def test_rate_is_held_for_a_fraction_of_the_steps_then_decays_to_one_percent(lr_hold):
     """make_svi's schedule: lr for the first ``lr_hold`` of the steps, then geometric decay to
-    FINAL_LR_FRACTION * lr at the last step; a fraction outside [0, 1) is refused."""
+    FINAL_LR_FRACTION * lr at the last step; a fraction outside [0, 1] is refused (1: a constant rate,
+    tests/test_svi_convergence.py)."""
     from pyro_bdl.inference import svi
 
     steps, lr = 40, 0.1
@@ -360,8 +361,9 @@ def test_rate_is_held_for_a_fraction_of_the_steps_then_decays_to_one_percent(lr_
         rates.append(optim.state[p]["lr"])
     assert rates[:hold] == [lr] * hold
     assert rates[hold] < lr and rates[-1] == pytest.approx(svi.FINAL_LR_FRACTION * lr, rel=1e-9)
-    with pytest.raises(ValueError, match="lr_hold"):
-        svi.make_svi(lambda: None, lambda: None, None, lr=lr, steps=steps, lr_hold=1.0)
+    for outside in (-0.1, 1.01):
+        with pytest.raises(ValueError, match="lr_hold"):
+            svi.make_svi(lambda: None, lambda: None, None, lr=lr, steps=steps, lr_hold=outside)
 
 
 def test_fast_clipped_adam_resumes_from_pyros_saved_state():

@@ -405,3 +405,12 @@ def test_pyro_module_speed_benchmark_prints_both_models_alone_and_busy(tmp_path)
     out = run_script("benchmarks/pyro_module_speed.py", "--quick", cwd=tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| BayesianRegression") or line.startswith("| BNN")]
     assert [row.split("|")[2].strip() for row in rows] == ["alone", "beside a busy process"] * 2, out
+
+
+def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
+    """benchmarks/svi_defaults_user.py --quick: one small model, svi and map at 300 steps against a small NUTS
+    reference: a table row per fit and the false-alarm / hit tally."""
+    out = run_script("benchmarks/svi_defaults_user.py", "--quick", cwd=tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| tune | poisson |")]
+    assert [row.split("|")[3].strip() for row in rows] == ["svi", "map"], out
+    assert "fits within 1.0 sd of where they converge (conv): " in out and "(by the drift check: " in out, out

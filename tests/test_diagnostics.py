@@ -160,7 +160,7 @@ def test_numeric_settings_read_text_and_refuse_what_is_not_a_number():
     ("svi", "batch_size", 0, "a whole number >= 1"), ("nuts", "max_tree_depth", 0, "a whole number >= 1"),
     ("map", "lr", -0.1, "a finite number > 0"), ("map", "lr", 0, "a finite number > 0"),
     ("svi", "lr", "inf", "a finite number > 0"), ("svi", "grad_clamp", 0, "a number > 0"),
-    ("svi", "lr_hold", 1, r"a number in \[0, 1\)"), ("nuts", "target_accept", 1.5, r"a number in \(0, 1\)"),
+    ("svi", "lr_hold", 1.5, r"a number in \[0, 1\]"), ("nuts", "target_accept", 1.5, r"a number in \(0, 1\)"),
     ("mc-dropout", "p", 1, r"a number in \[0, 1\)"), ("importance", "samples", 0, "a whole number >= 1"),
     ("metropolis", "samples", -5, "a whole number >= 1"),
 ])

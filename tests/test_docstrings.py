@@ -28,7 +28,7 @@ DOCUMENTED = [
     "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.studies.gap",
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
-    "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel",
+    "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [

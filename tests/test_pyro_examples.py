@@ -1,7 +1,8 @@
 """Pyro's own example and tutorial models, as written (tests/pyro_example_models.py: the same signatures, argument
 names and data forms), through ``pyro_bdl.fit(model, data, inference=...)``, against a long run of Pyro's own
 ``MCMC(NUTS(model))`` stored in tests/fixtures/pyro_examples_reference.json (benchmarks/pyro_examples_reference.py
-regenerates it).
+regenerates it).  The data forms each example exercises (dicts, positional tuples, NumPy arrays, an argument named
+``model``, a Python int, an int64 index tensor) are tabulated in tests/pyro_example_models.py.
 
 Checks, per (example, method) in :data:`CASES`:
 
@@ -14,8 +15,10 @@ Checks, per (example, method) in :data:`CASES`:
     heavy-tailed scales of hierarchical models).  K = 4.5: a check of a correct sampler fails with probability
     below 1e-5.  The fit must pass pyro_bdl's own MCMC diagnostics (a ConvergenceWarning is an error here).
 ``nuts-divergent``
-    the centred eight schools funnel: every NUTS run, Pyro's included, diverges on it and is biased in tau, so its
-    draws are not compared; the fit must say so (a ConvergenceWarning naming divergent transitions).
+    the funnels of centred eight schools and of baseball.py's logit model as written (its scale's posterior piles
+    up near 0): every NUTS run, Pyro's included, diverges on them and is biased in the scale, so their draws are
+    not compared; the fit must say so (a ConvergenceWarning naming divergent transitions).  Their references
+    (used by the other methods' shape checks) sample the same posterior non-centred.
 ``svi``
     the default SVI guide (a Normal per latent in the unconstrained space, mean-field), with explicit run
     lengths: every mean within SVI_TOL reference sds plus K standard errors of the two estimates
@@ -91,7 +94,7 @@ CASES = [
     ("partially_pooled", "nuts", NUTS, ()),
     ("partially_pooled", "svi-runs", SVI, ()),
     ("partially_pooled", "map-degenerate", MAP, ()),
-    ("partially_pooled_with_logit", "nuts", NUTS, ()),
+    ("partially_pooled_with_logit", "nuts-divergent", NUTS, ()),
     ("partially_pooled_with_logit", "svi-runs", SVI, ()),
     ("partially_pooled_with_logit", "map-degenerate", MAP, ()),
     ("ruggedness", "nuts", NUTS, ()),
@@ -208,8 +211,9 @@ def test_every_example_has_a_reference_and_cases():
     for name, entry in REFERENCE["models"].items():
         settings = entry["settings"]
         assert settings["chains"] >= 4 and settings["chains"] * settings["samples"] >= 4000, (name, settings)
+        assert entry["divergences"] == 0, (name, entry["divergences"])  # a diverging run is biased: no reference
         for site, ref in entry["sites"].items():
-            assert max(ref["r_hat"]) < 1.01 or name == "eight_schools_centered", (name, site, max(ref["r_hat"]))
+            assert max(ref["r_hat"]) < 1.01, (name, site, max(ref["r_hat"]))
 
 
 @pytest.mark.parametrize("name,check,settings", list(_case_params()))

@@ -150,3 +150,18 @@ def test_deterministic_site_is_in_the_posterior_not_the_likelihood(method, setti
     pred = result.predictive({"sigma": SCHOOLS_SIGMA})
     np.testing.assert_allclose(pred.deterministic["theta"], expected, rtol=1e-5, atol=1e-5)
     assert set(pred.log_likelihood) <= {"obs"}
+
+
+def test_a_compiled_fit_prints_no_deprecation_of_torchs_own(tmp_path):
+    """Inductor's first import in a process warns of torch.jit.script_method (torch's own use, in
+    torch.utils.mkldnn): nothing a user can act on.  In a fresh process (the import happens once), every warning
+    shown: none of those."""
+    import subprocess
+    import sys
+
+    code = ("import pyro_bdl\n"
+            "pyro_bdl.fit('blr', 'linear', inference='nuts', jit=True, samples=30, warmup=30, progress=False)\n")
+    run = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "script_method" not in run.stderr

@@ -18,8 +18,11 @@ steps, and the changes of the loss, small.  The check compares where the fit was
     ``1 / sqrt(H_jj)``, the loss's curvature there at the end (the Laplace sd with the others held fixed); computed
     for up to ``HESSIAN_MAX`` parameters (one Hessian-vector product each), not measured for more.
 
-It records numbers only; :func:`pyro_bdl.posterior.diagnostics.svi_report` decides whether they warn
-(``DRIFT_MAX``, ``DRIFT_SD_MAX``; measurements: ``benchmarks/RESULTS.md``, "SVI defaults on user models (issue 35)").
+A scalar counts as still moving when it moved at least ``DRIFT_MIN`` of its sd and went at ``DRIFT_PACE`` or more of
+the optimiser's *reach* doing so (:attr:`DriftTracker.reach`, the sum of the learning rates between the windows: a
+parameter whose gradient keeps its sign travels about that far, one jittering about its optimum goes nowhere);
+:func:`still_moving` reads the record, :func:`pyro_bdl.posterior.diagnostics.svi_report` warns (measurements:
+``benchmarks/RESULTS.md``, "SVI defaults on user models (issue 35)").
 
 Example
 -------
@@ -55,7 +58,8 @@ from torch.distributions import biject_to
 
 from pyro_bdl.storage.checkpoint import kept_rng
 
-__all__ = ["DriftTracker", "drift_record", "EARLY", "LATE", "DRAWS", "HESSIAN_MAX"]
+__all__ = ["DriftTracker", "drift_record", "still_moving", "EARLY", "LATE", "DRAWS", "HESSIAN_MAX", "DRIFT_PACE",
+           "DRIFT_MIN"]
 
 #: The early window, as fractions of the run's steps: late enough that a converged fit is there already, early enough
 #: that a fit still travelling has moved measurably by the end.
@@ -68,6 +72,24 @@ DRAWS = 64
 HESSIAN_MAX = 200
 #: Windows shorter than this many steps (a run shorter than about 100 steps) are too short to average the jitter out.
 MIN_WINDOW = 10
+#: An answer is still moving when some scalar of it moved at least ``DRIFT_MIN`` of its own sd between the windows (or
+#: its sd changed by that much, as a log ratio) and went at least ``DRIFT_PACE`` of the optimiser's reach doing so
+#: (travelling, as a parameter does whose gradient keeps its sign; one jittering about its optimum goes nowhere).
+#: Chosen so that no fit of the converged families warns and the too-short ones do: benchmarks/RESULTS.md, "SVI
+#: defaults on user models (issue 35)".
+DRIFT_PACE = 0.3
+DRIFT_MIN = 0.1
+
+
+def still_moving(record) -> bool:
+    """Whether a :func:`drift_record` says the answer was still travelling when the run ended (False where it was
+    not measured).
+
+    >>> still_moving({"drift_travelling": 0.8}), still_moving({"drift_travelling": 0.05})
+    (True, False)
+    """
+    value = record.get("drift_travelling", math.nan)
+    return bool(math.isfinite(value) and value >= DRIFT_MIN)
 
 
 def _window(fraction: tuple[float, float], steps: int) -> tuple[int, int]:
@@ -210,28 +232,48 @@ def _label(name: str, index: int, size: int) -> str:
     return name if size == 1 else f"{name}[{index}]"
 
 
+class _Worst:
+    """The largest of a measure over the scalars seen, and where: ``drift`` (any pace) and ``travelling`` (among
+    the scalars that went at ``DRIFT_PACE`` of the reach or more)."""
+
+    def __init__(self):
+        self.values = {"drift": (0.0, None), "drift_sd": (0.0, None), "drift_travelling": (0.0, None)}
+        self.travelling_kind = None  # which measure the travelling one is: "drift" (a mean) or "drift_sd"
+
+    def see(self, key: str, name: str, moved: torch.Tensor, pace: torch.Tensor) -> None:
+        """``moved``: the scalars' moves (flat) by the measure ``key``; ``pace``: each one's move over the reach."""
+        moved = torch.nan_to_num(moved.double(), nan=0.0)  # an sd of 0 in both windows: a point, not moving
+        for target, values in ((key, moved), ("drift_travelling", torch.where(pace >= DRIFT_PACE, moved, 0.0))):
+            j = int(values.argmax())
+            if float(values[j]) > self.values[target][0] or self.values[target][1] is None:
+                self.values[target] = (float(values[j]), _label(name, j, values.numel()))
+                if target == "drift_travelling":
+                    self.travelling_kind = key
+
+    def record(self, keys) -> dict:
+        out = {"drift_travelling_kind": self.travelling_kind}
+        for key in keys:
+            out[key], out[f"{key}_at"] = self.values[key]
+        return out
+
+
 def _guide_drift(tracker: DriftTracker, model, guide, data: dict, draws: int) -> dict:
     supports = _supports(model, data)
     with _with_params(tracker.means("early")):
         early = _guide_moments(guide, data, supports, draws)
     with _with_params(tracker.means("late")):
         late = _guide_moments(guide, data, supports, draws)
-    worst, worst_at, worst_sd, worst_sd_at = 0.0, None, 0.0, None
+    worst, reach = _Worst(), tracker.reach
     for name, (mean_late, sd_late) in late.items():
         if name not in early:
             continue
         mean_early, sd_early = early[name]
-        moved = (mean_late - mean_early).abs() / sd_late
-        changed = (sd_late / sd_early).log().abs()
-        for values, kind in ((moved, "loc"), (changed, "sd")):
-            values = torch.nan_to_num(values, nan=0.0)  # an sd of 0 in both windows: a point, not moving
-            j = int(values.argmax())
-            if kind == "loc" and float(values[j]) >= worst:
-                worst, worst_at = float(values[j]), _label(name, j, values.numel())
-            if kind == "sd" and float(values[j]) >= worst_sd:
-                worst_sd, worst_sd_at = float(values[j]), _label(name, j, values.numel())
-    return {"drift": worst, "drift_at": worst_at, "drift_sd": worst_sd, "drift_sd_at": worst_sd_at,
-            "drift_units": "guide sds"}
+        # the pace of a mean is its move over the reach (a guide's location is a parameter Adam steps); that of an sd
+        # the move of its log (an autoguide's scale parameter is about log sd where it is small)
+        shift, ratio = (mean_late - mean_early).abs(), (sd_late / sd_early).log().abs()
+        worst.see("drift", name, shift / sd_late, shift / reach)
+        worst.see("drift_sd", name, ratio, torch.nan_to_num(ratio, nan=0.0) / reach)
+    return {**worst.record(("drift", "drift_sd", "drift_travelling")), "drift_units": "guide sds"}
 
 
 def _curvature(loss, model, guide, data: dict) -> dict | None:
@@ -242,49 +284,52 @@ def _curvature(loss, model, guide, data: dict) -> dict | None:
     params = {name: site["value"].unconstrained() for name, site in capture.trace.nodes.items()}
     if sum(p.numel() for p in params.values()) > HESSIAN_MAX:
         return None
-    grads = torch.autograd.grad(value, list(params.values()), create_graph=True)
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    diagonal, offset = torch.empty(flat.numel(), dtype=torch.float64), 0
-    for i in range(flat.numel()):
-        row = torch.autograd.grad(flat[i], list(params.values()), retain_graph=True, allow_unused=True)
-        entries = torch.cat([torch.zeros(p.numel()) if r is None else r.reshape(-1).detach() for r, p in
-                             zip(row, params.values())])
-        diagonal[i] = float(entries[i])
+    tensors = list(params.values())
+    grads = torch.autograd.grad(value, tensors, create_graph=True, allow_unused=True)
     out = {}
-    for name, p in params.items():
-        out[name] = diagonal[offset:offset + p.numel()]
-        offset += p.numel()
+    for k, (name, g) in enumerate(zip(params, grads)):
+        diagonal = torch.zeros(tensors[k].numel(), dtype=torch.float64)  # a parameter the loss ignores: flat
+        if g is not None and g.requires_grad:
+            flat = g.reshape(-1)
+            for i in range(flat.numel()):
+                (row,) = torch.autograd.grad(flat[i], tensors[k], retain_graph=True, allow_unused=True)
+                diagonal[i] = 0.0 if row is None else float(row.reshape(-1)[i])
+        out[name] = diagonal
     return out
 
 
 def _point_drift(tracker: DriftTracker, model, guide, loss, data: dict, sites) -> dict:
     curvature = _curvature(loss, model, guide, data)
     if curvature is None:
-        return {"drift": math.nan, "drift_at": None, "drift_units": f"not measured (over {HESSIAN_MAX} parameters)"}
+        return {"drift": math.nan, "drift_at": None, "drift_travelling": math.nan, "drift_travelling_at": None,
+                "drift_units": f"not measured (over {HESSIAN_MAX} parameters)"}
     early, late = tracker.means("early"), tracker.means("late")
-    worst, worst_at = 0.0, None
+    worst = _Worst()
     for name, h in curvature.items():
         if name not in early or name not in late:
             continue
-        moved = (late[name] - early[name]).reshape(-1).double().abs() * h.clamp(min=0.0).sqrt()
-        j = int(moved.argmax())
-        if float(moved[j]) >= worst:
-            # AutoDelta names its parameters "AutoDelta.<site>": label the site where there is one
-            site = next((s for s in sites if name == s or name.endswith("." + s)), name)
-            worst, worst_at = float(moved[j]), _label(site, j, moved.numel())
-    return {"drift": worst, "drift_at": worst_at, "drift_units": "Laplace sds"}
+        shift = (late[name] - early[name]).reshape(-1).double().abs()
+        # AutoDelta names its parameters "AutoDelta.<site>": label the site where there is one
+        site = next((s for s in sites if name == s or name.endswith("." + s)), name)
+        worst.see("drift", site, shift * h.clamp(min=0.0).sqrt(), shift / tracker.reach)
+    return {**worst.record(("drift", "drift_travelling")), "drift_units": "Laplace sds"}
 
 
 def drift_record(tracker: DriftTracker, model, guide, data: dict, *, point: bool, loss=None,
                  draws: int = DRAWS) -> dict:
     """What the check measured, for ``Draws.info``: ``drift`` (the largest move of the answer between the windows, in
     its own sds; NaN where not measured), ``drift_at`` (the scalar that moved most, e.g. ``"b[1]"``), for a guide with
-    scales ``drift_sd`` and ``drift_sd_at`` (the largest ``|log sd ratio|``), ``drift_units`` and ``drift_window``
+    scales ``drift_sd`` and ``drift_sd_at`` (the largest ``|log sd ratio|``); ``drift_travelling`` and its ``_at``:
+    the largest of those moves among the scalars that went at ``DRIFT_PACE`` or more of the optimiser's reach
+    (travelling, not jittering: :func:`still_moving` reads this one), ``drift_travelling_kind`` which measure it is
+    (``"drift"``, a mean, or ``"drift_sd"``); ``drift_pace`` and its ``_at``: the largest
+    move of an optimised parameter over the reach (:meth:`DriftTracker.pace`); ``drift_units`` and ``drift_window``
     (``"steps 1401-1600 against 1801-2000"``).  ``point``: a point fit (needs ``loss``, the fit's ELBO, for the
     curvature).  The fit's parameters and random streams are as they were after."""
     record = {"drift_window": tracker.describe()}
     if not tracker.measurable():
-        return {**record, "drift": math.nan, "drift_at": None, "drift_units": "not measured (run too short or stopped)"}
+        return {**record, "drift": math.nan, "drift_at": None, "drift_travelling": math.nan, "drift_travelling_at": None,
+                "drift_units": "not measured (run too short or stopped)"}
     record["drift_pace"], record["drift_pace_at"] = tracker.pace()
     with kept_rng():
         if point:

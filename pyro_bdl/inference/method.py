@@ -60,6 +60,8 @@ class Method:
     user_defaults : settings that replace ``defaults`` when the model is a user's own Pyro program (no zoo spec):
         its data come in their own units, far from where optimisation starts, where the zoo's models are
         standardised and declare their own (:attr:`~pyro_bdl.registry.InferenceChoices.method_defaults`).
+    user_init : where optimisation starts on a user's own program (a Pyro ``init_loc_fn``, as a zoo model's
+        :attr:`~pyro_bdl.registry.InferenceChoices.init_loc_fn`); None: the guide's own default.
     processes : how the method shares its work among the processes of a ``torchrun`` launch
         (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
         gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
@@ -84,6 +86,7 @@ class Method:
     processes: str | None = None
     predictive_model: Callable | None = None
     user_defaults: Mapping[str, Any] = field(default_factory=dict)
+    user_init: Callable | None = None
 
     def __post_init__(self):
         unknown = sorted(set(self.user_defaults) - set(self.defaults))

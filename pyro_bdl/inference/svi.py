@@ -42,6 +42,7 @@ import torch
 from pyro import poutine
 from pyro.infer import (JitTraceEnum_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO,
                          TraceMeanField_ELBO)
+from pyro.infer.autoguide.initialization import init_to_median
 from pyro.infer.util import torch_item
 from tqdm import tqdm
 
@@ -70,6 +71,36 @@ LR_HOLD = 0.0
 GRADIENT_CLAMP = 10.0
 #: The optimiser's settings and their defaults, as every optimisation-based method lists them.
 ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
+#: What ``svi``, ``svi-meanfield``, ``map`` and ``mle`` use on a user's own program (``Method.user_defaults``): its
+#: data in their own units put the answer far from where optimisation starts (an intercept near 9, 25, 40), and Adam
+#: moves a parameter about ``lr`` per step at most; the zoo's decay from the first step travels about
+#: ``lr * steps / ln(100)`` = 8.6 at 0.02 and 2000 steps, this about 54 before settling at 1% of the rate.
+#: Chosen on one generated family of user-style models and checked on another: benchmarks/RESULTS.md, "SVI defaults
+#: on user models (issue 35)".
+USER_DEFAULTS = {"lr": 0.05, "lr_hold": 0.5}
+
+
+def init_to_prior_mean(site=None):
+    """Pyro init strategy: the prior's mean where it is finite and in the support (the centre a user's prior names: 0
+    for N(0, 10), 178 for N(178, 20)), else (a Cauchy's, a discrete site's) the median of 15 prior draws.  Where
+    ``svi``, ``svi-meanfield``, ``map`` and ``mle`` start on a user's own program (``Method.user_init``): the median of
+    prior draws, the guides' own default, starts a wide prior's site a random third of its sd from its centre
+    (benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)").
+
+    >>> import pyro.distributions as dist
+    >>> float(init_to_prior_mean({"fn": dist.Normal(178.0, 20.0), "name": "a", "value": None, "is_observed": False}))
+    178.0
+    """
+    if site is None:
+        return init_to_prior_mean
+    try:
+        value = site["fn"].mean.detach()
+    except NotImplementedError:
+        value = None
+    if value is None or not bool(torch.isfinite(value).all()) or not bool(site["fn"].support.check(value).all()):
+        return init_to_median(site, num_samples=15)
+    value._pyro_custom_init = False  # as Pyro's own strategies mark theirs
+    return value
 
 
 class SVI(pyro.infer.SVI):
@@ -423,20 +454,22 @@ def _register() -> None:
     for method in (
         Method("svi", "svi", "SVI, Trace_ELBO (TraceEnum_ELBO for enumerated sites), reparameterised gradients "
                "(guide: normal | mvn | meanfield | callable)",
-               run_svi, common, refuses=frozenset({"improper-prior"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data"),
+               run_svi, common, refuses=frozenset({"improper-prior"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data",
+               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
                run_svi_meanfield, common, refuses=frozenset({"enumerated"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50},
-               processes="data"),
+               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
                run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
                          "elbo": "auto"},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
                quick={"steps": 30, "samples": 50, "particles": 2}),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
-               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data"),
+               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data",
+               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
                run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, point_estimate=True, quick={"steps": 100},
-               processes="data"),
+               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
     ):
         register_method(method)
 

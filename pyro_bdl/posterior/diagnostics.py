@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pyro_bdl.inference.base import ConvergenceWarning
+from pyro_bdl.inference.drift import still_moving
 
 __all__ = ["ConvergenceWarning", "mcmc_report", "svi_report", "importance_report", "compare_methods", "compare_loo"]
 
@@ -87,7 +88,7 @@ def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
 def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
     """Final ELBO (mean of the last 10% of -loss), whether the loss has settled and, given the drift check's record
     (``drift``: :func:`pyro_bdl.inference.drift.drift_record`, as the fit's ``info`` holds it), whether the answer is
-    still moving (:func:`still_moving`).  One warning names both.
+    still moving (:func:`pyro_bdl.inference.drift.still_moving`).  One warning names both.
 
     Settled: the means of the last two tenths of the run differ by less than three standard
     errors, or by less than 0.1% of the loss.
@@ -105,8 +106,8 @@ def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
     report["final_elbo"] = float(-last.mean())
     report["settled"] = bool(diff <= 3 * se or diff <= 1e-3 * abs(last.mean()))
     moving = drift is not None and still_moving(drift)
-    if drift is not None:
-        report["moving"] = moving
+    if drift is not None:  # None: not measured (a run too short to have both windows, or stopped early)
+        report["moving"] = moving if np.isfinite(drift.get("drift", float("nan"))) else None
     problems = []
     if not report["settled"]:
         problems.append(f"the loss has not settled (the last two tenths of the run differ by {diff:.3g}, "
@@ -119,38 +120,16 @@ def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
     return report
 
 
-#: The drift check (:mod:`pyro_bdl.inference.drift`) calls an answer still moving when, between the late-run windows it
-#: compares, some parameter went at least ``DRIFT_PACE`` of the optimiser's full pace (the sum of the learning rates
-#: between them: a parameter whose gradient keeps its sign travels about that far; one jittering about its optimum
-#: goes nowhere) and some scalar of the answer moved at least ``DRIFT_MIN`` of its own sd (or its sd changed by that
-#: factor, as a log ratio).  Chosen so that no fit of the converged families warns and the too-short ones do:
-#: benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
-DRIFT_PACE = 0.3
-DRIFT_MIN = 0.1
-#: What a warning about a moving answer tells the user to do.
+#: What a warning about a moving answer (:func:`pyro_bdl.inference.drift.still_moving`) tells the user to do.
 MOVING_ADVICE = ("run more steps (--steps), a larger learning rate (--lr), or hold the rate for longer "
                  "(--set lr_hold=0.75; 1 keeps it constant)")
 
 
-def still_moving(drift: Mapping) -> bool:
-    """Whether the drift check's record (``drift``, ``drift_sd``, ``drift_pace``: see
-    :func:`pyro_bdl.inference.drift.drift_record`) says the answer was still travelling when the run ended.
-
-    >>> still_moving({"drift": 0.8, "drift_pace": 0.9}), still_moving({"drift": 0.8, "drift_pace": 0.05})
-    (True, False)
-    """
-    pace = drift.get("drift_pace", float("nan"))
-    moved = max(drift.get("drift", float("nan")), drift.get("drift_sd", 0.0))
-    return bool(np.isfinite(pace) and np.isfinite(moved) and pace >= DRIFT_PACE and moved >= DRIFT_MIN)
-
-
 def _drift_text(drift: Mapping) -> str:
-    sd = drift.get("drift_sd", 0.0) or 0.0
-    what = (f"'{drift.get('drift_at')}' moved {drift['drift']:.2g} of its {drift.get('drift_units', 'sds')}"
-            if drift.get("drift", 0.0) >= sd else f"the sd of '{drift.get('drift_sd_at')}' changed by a factor "
-            f"{np.exp(sd):.3g}")
-    return (f"{what} between {drift.get('drift_window', 'the late windows')}, at {drift['drift_pace']:.0%} of the "
-            f"optimiser's full pace")
+    at, value = drift.get("drift_travelling_at"), drift["drift_travelling"]
+    what = (f"the sd of '{at}' changed by a factor {np.exp(value):.3g}" if drift.get("drift_travelling_kind") == "drift_sd"
+            else f"'{at}' moved {value:.2g} of its {drift.get('drift_units', 'sds')}")
+    return f"{what} between {drift.get('drift_window', 'the late windows')}, travelling, not jittering"
 
 
 def importance_report(ess: float, draws: int, warn: bool = True) -> dict:
@@ -209,4 +188,6 @@ def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
     if len(idatas) < 2:
         raise ValueError(f"compare_loo needs at least two fits with {MIN_LOO_DRAWS} or more posterior draws "
                          f"(nuts, svi, laplace, ...); {len(idatas)} of the {len(results)} given have them")
-    return az.compare(idatas, ic="loo", **kwargs)
+    with warnings.catch_warnings():  # ArviZ's own use of a pandas keyword pandas deprecates: nothing a user can change
+        warnings.filterwarnings("ignore", "The inplace keyword in DataFrame.sort_values is deprecated")
+        return az.compare(idatas, ic="loo", **kwargs)

@@ -45,7 +45,7 @@ import warnings
 import torch
 
 from pyro_bdl.inference.compile.aten_trace import trace_aten
-from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, check_same
+from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, check_same, torch_quietly
 from pyro_bdl.inference.compile.static_runtime import script
 
 __all__ = ["Fusion", "fuse", "traced_with", "contiguous_tensors", "inductor"]
@@ -268,5 +268,5 @@ def _cached_compile(graph, example):
     env") and every new process compiles again (benchmarks/RESULTS.md, "on-disk cache")."""
     from torch._inductor import compile as inductor_compile
 
-    with _shape_env_context():  # (a null context on another torch: compiled each time, still correct)
+    with _shape_env_context(), torch_quietly():  # (a null context on another torch: compiled each time, still correct)
         return inductor_compile(graph, list(example))
