@@ -103,9 +103,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    samples, warmup, chains = (20, 20, 2) if args.quick else (500, 500, 2)
+    samples, warmup, chains = (5, 5, 2) if args.quick else (500, 500, 2)
+    hidden = 2 if args.quick else 10  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes even for 10 draws
     cases = {"BayesianRegression (tutorial), 170 x 3": (BayesianRegression(3), "regression"),
-             "BNN 1-10-1 (PyroModule idiom), 100 rows": (BNN(10), "bnn")}
+             f"BNN 1-{hidden}-1 (PyroModule idiom), 100 rows": (BNN(hidden), "bnn")}
     print(f"torch {torch.__version__}, pyro {pyro.__version__}; {chains} chains x ({warmup} warmup + {samples} draws)")
     print("| model | load | Pyro's NUTS (s) | pyro_bdl nuts (s) | ratio | our threads |")
     print("|---|---|---|---|---|---|")

@@ -1,26 +1,38 @@
 r"""SVI, MAP and MLE defaults on the models users write (issue 35), and the drift check's false alarms and hits.
 
-Run on demand (the test suite smoke-tests ``--quick``)::
+Run on demand (the test suite smoke-tests ``--quick``); the runs of benchmarks/RESULTS.md, "SVI defaults on user
+models (issue 35)"::
 
-    .venv/bin/python benchmarks/svi_defaults_user.py --family tune --candidates old hold50 ...
-    .venv/bin/python benchmarks/svi_defaults_user.py --family check
+    .venv/bin/python benchmarks/svi_defaults_user.py --family tune --candidates old hold50 hold75 lr05-hold50 ...
+    .venv/bin/python benchmarks/svi_defaults_user.py --family check --seeds 0 1 2
     .venv/bin/python benchmarks/svi_defaults_user.py --short
+    .venv/bin/python benchmarks/svi_defaults_user.py --rugged 5
+    .venv/bin/python benchmarks/svi_defaults_user.py --write-fixture tests/fixtures/rugged_nuts.json
 
-Two generated families of user-style models (plain Pyro functions fitted with ``pyro_bdl.fit(model, data)``):
-``tune`` (the one the defaults were chosen on: the ruggedness regression of Pyro's Bayesian-regression tutorial on a
-generated stand-in, a regression with an intercept far from 0, one with a tight posterior, a hierarchical
-varying-intercept model, a logistic and a Poisson GLM) and ``check`` (the one they were checked on: other functions,
-sizes, noise levels and scales).  For each model, the reference is NUTS (``pyro_bdl.fit(..., "nuts")``, 2 chains) for
-the posterior and L-BFGS on the log joint (MAP) or the log likelihood (MLE) for the modes.  Each fit is scored by
+Two generated families of user-style models (plain Pyro functions fitted with ``pyro_bdl.fit(model, data)``, data in
+their own units): ``tune``, the one the defaults were chosen on (the ruggedness regression of Pyro's
+Bayesian-regression tutorial on a generated stand-in, a regression with an intercept far from 0, one with a tight
+posterior, a centred hierarchical varying-intercept model, a logistic and a Poisson GLM, a regression whose prior is
+centred away from 0), and ``check``, the one they were checked on (other functions, sizes, noise levels and scales: a
+quadratic, Rethinking's heights model, a Student-t regression with an intercept at 40, non-centred varying intercepts
+and slopes, eight schools, a binomial GLM, a gamma GLM).  References: NUTS (``pyro_bdl.fit(..., "nuts")``, 2 chains
+of 1000) for the posterior, L-BFGS on the log joint (MAP) or the log likelihood (MLE) for the modes, and for the svi
+methods a run of 10000 steps at the user defaults (the optimum the guide family reaches).  Each fit is scored by
 
 * ``err``: the largest distance, over every scalar of every site, of its posterior mean (a point fit: its point) from
-  the reference's (NUTS mean, or the mode), in NUTS posterior sds;
-* ``sd``: the range of its posterior sd over the NUTS one (svi methods);
-* ``drift``: what :mod:`pyro_bdl.inference.drift` measured (``result.info["drift"]``: the answer's move over the last
-  part of the run in the guide's own sds) and whether the fit warned (``W``: a ConvergenceWarning).
+  the NUTS mean (a point fit: the mode), in NUTS posterior sds: the guide family's bias plus the optimiser's shortfall;
+* ``conv``: the same from the optimum (the long run; the mode): the shortfall alone; a fit is *off* at 1 or more;
+* ``sd / NUTS sd``: the range of its posterior sds over NUTS's (svi methods);
+* what the drift check (:mod:`pyro_bdl.inference.drift`) recorded: ``drift`` (the answer's whole move between the
+  late windows, in its own sds), ``running`` and ``drifting`` (the parts the entries at full pace, and those beyond
+  their jitter, make), the largest ``t`` and ``pace`` of an optimised entry, the loss check's ``settled``, and
+  ``warned`` (``moving``: the drift check, ``+loss``: the loss check).
 
-``--short`` runs the deliberately too-short fits (the old schedule, 300 to 1000 steps) that the check must catch.
-``--quick``: one small model, one method, a few hundred steps (a smoke run: it checks that the script works).
+``--short`` runs the deliberately too-short fits the check must catch: the old schedule (rate decaying from the first
+step at lr 0.02) at 300, 1000 and 2000 steps and the user defaults at 300 steps, for svi and map.  ``--rugged N``
+prints the ruggedness stand-in's svi fits next to the NUTS fixture over N seeds.  ``--replay LOG...`` tallies printed
+tables with other thresholds.  ``--quick``: one small model, svi and map, 300 steps, a small NUTS reference (a smoke
+run: it checks that the script works, not the numbers).
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ from torch.distributions import biject_to
 
 import pyro_bdl
 from pyro_bdl.inference import latent_sites, observed_sites
+from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_VISIBLE
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -396,15 +409,6 @@ def score(result, ref: dict, target: dict | None = None, optimum: dict | None = 
             "sd_hi": float(ratios.max())}
 
 
-def loss_trend(losses) -> tuple[float, float]:
-    """The fall of the mean loss from the last tenth but one to the last tenth, and its standard error (what
-    :func:`pyro_bdl.posterior.diagnostics.svi_report` compares)."""
-    losses = np.asarray(losses, dtype=float)
-    k = max(len(losses) // 10, 1)
-    last, prev = losses[-k:], losses[-2 * k:-k]
-    return float(prev.mean() - last.mean()), float(np.sqrt(last.var() / len(last) + prev.var() / len(prev)))
-
-
 def run_fit(problem: Problem, method: str, settings: dict, seed: int = 0, data_seed: int = 0) -> tuple:
     data = problem.data(data_seed)
     with warnings.catch_warnings(record=True) as caught:
@@ -435,19 +439,22 @@ SHORT = ["old-300", "old-1000", "old", "default-300"]
 #: A fit is off when its answer is this many posterior sds (NUTS) or more from the reference.
 OFF = 1.0
 
-HEADER = ("| family | model | method | settings | seed | err | conv | sd / NUTS sd | drift | travelling | pace | "
-          "loss settled | warned | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| family | model | method | settings | seed | err | conv | sd / NUTS sd | drift | running | drifting | t | "
+          "pace | loss settled | warned | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(problem: Problem, method: str, cand: str, seed: int, row: dict, info: dict, messages, seconds) -> str:
     kinds = ("moving" if info.get("moving") else "") + ("+loss" if info.get("settled") is False else "")
     sd = "" if method in ("map", "mle") else f"{row['sd_lo']:.2f}-{row['sd_hi']:.2f}"
-    travelling = info.get("drift_travelling", math.nan)
-    where = f" ({info.get('drift_travelling_at')})" if travelling > 0 else ""
+    def part(key):
+        value = info.get(key, math.nan)
+        return f"{value:.2f}" + (f" ({info.get(key + '_at')})" if value > 0 else "")
+
     return (f"| {problem.family} | {problem.name} | {method} | {cand} | {seed} | {row['err']:.2f} | "
-            f"{row['conv']:.2f} | {sd} | "
-            f"{info.get('drift', math.nan):.2f} ({info.get('drift_at')}) | {travelling:.2f}{where} | "
-            f"{info.get('drift_pace', math.nan):.2f} | {info.get('settled')} | {kinds if messages else '-'} | "
+            f"{row['conv']:.2f} | {sd} | {info.get('drift', math.nan):.2f} ({info.get('drift_at')}) | "
+            f"{part('drift_running')} | {part('drift_travelling')} | {info.get('drift_t', math.nan):.1f} | "
+            f"{info.get('drift_pace', math.nan):.2f} | {info.get('settled')} | "
+            f"{kinds if messages else '-'} | "
             f"{seconds:.0f} |")
 
 
@@ -502,6 +509,29 @@ def rugged_table(seeds: int, fixture: str) -> int:
     return 0
 
 
+def replay(paths, visible: float, material: float) -> int:
+    """The tally of tables this script printed, as if ``DRIFT_VISIBLE`` and ``DRIFT_MIN`` were ``visible`` and
+    ``material``: a fit warns when its loss did not settle, its running move is at least ``visible`` or its drifting
+    move at least ``material`` (the drift check's rule, from the table's columns)."""
+    tally = {"ok": 0, "ok warned": 0, "off": 0, "off warned": 0, "off moving": 0}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) != 16 or cells[0] in ("family", "---"):
+                    continue
+                conv, running, drifting = float(cells[6]), float(cells[9].split(" ")[0]), float(cells[10].split(" ")[0])
+                moving = running >= visible or drifting >= material
+                key = "ok" if not conv >= OFF else "off"
+                tally[key] += 1
+                tally[f"{key} warned"] += moving or cells[13] != "True"
+                tally["off moving"] += key == "off" and moving
+    print(f"DRIFT_VISIBLE {visible}, DRIFT_MIN {material}: within {OFF} sd (conv): {tally['ok']}, warned: "
+          f"{tally['ok warned']}; off: {tally['off']}, warned: {tally['off warned']} (by the drift check: "
+          f"{tally['off moving']})")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", nargs="+", default=["tune", "check"])
@@ -519,7 +549,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rugged", type=int, metavar="SEEDS",
                         help="the ruggedness stand-in's svi fits next to NUTS (tests/fixtures/rugged_nuts.json), over SEEDS "
                              "seeds, and stop")
+    parser.add_argument("--replay", nargs="+", metavar="LOG", help="tally tables this script printed (see replay) and stop")
+    parser.add_argument("--visible", type=float, default=DRIFT_VISIBLE, help="the DRIFT_VISIBLE to replay them with")
+    parser.add_argument("--material", type=float, default=DRIFT_MIN, help="the DRIFT_MIN to replay them with")
     args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay, args.visible, args.material)
     if args.write_fixture:
         return write_fixture(args.write_fixture)
     if args.rugged:

@@ -308,7 +308,7 @@ def _checked_sites(model, kwargs: dict, method) -> list[str]:
     observed = observed_sites(model, kwargs)
     if not observed:
         raise ValueError("the model has no observed sample site: pass the observations in data")
-    with pyro.get_param_store().scope():  # the initial values, read without keeping them
+    with pyro.get_param_store().scope(), kept_rng():  # the initial values, read without keeping them or drawing
         params = sorted(model_params(model, kwargs))
     learners = [name for name, m in METHODS.items() if m.learns_params and m.requires <= {"continuous", "low-dimensional"}]
     if not latent_sites(model, kwargs):
@@ -395,8 +395,11 @@ def _diagnose(result: FitResult, family: str) -> None:
         # an ensemble is judged by its worst member
         reports = [svi_report(row, warn=False) for row in np.atleast_2d(losses)]
         worst = min(range(len(reports)), key=lambda i: (reports[i]["settled"], reports[i]["final_elbo"]))
-        # the drift check's record, where the run measured one (pyro_bdl.inference.drift): one warning names both
-        drift = result.info if "drift_window" in result.info else None
+        # the drift check's record, where the run measured one (pyro_bdl.inference.drift): one warning names both.
+        # Kept, not read, for a network: its weights are not identifiable (permutations, scalings) and keep drifting
+        # along flat directions after its predictions have settled; its loss and held-out metrics judge it
+        network = result.spec is not None and "network" in result.spec.inference.traits
+        drift = result.info if "drift_window" in result.info and not network else None
         result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])],
                                       drift=drift))
     if family == "mcmc":

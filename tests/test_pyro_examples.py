@@ -19,6 +19,11 @@ Checks, per (example, method) in :data:`CASES`:
     up near 0): every NUTS run, Pyro's included, diverges on them and is biased in the scale, so their draws are
     not compared; the fit must say so (a ConvergenceWarning naming divergent transitions).  Their references
     (used by the other methods' shape checks) sample the same posterior non-centred.
+``nuts-warns``
+    baseball.py's partially pooled model as written: kappa's Pareto tail (Pyro: ESS 211 in 4000 draws, 2
+    divergences as the phi's funnel into m for large kappa) puts any sampler under pyro_bdl's ESS floor (100 a
+    chain) at 2 x 1000 draws, so the fit must warn (a ConvergenceWarning); m and phi are still compared as for
+    ``nuts``, with our measured ESS.
 ``svi``
     the default SVI guide (a Normal per latent in the unconstrained space, mean-field), with explicit run
     lengths: every mean within SVI_TOL reference sds plus K standard errors of the two estimates
@@ -32,7 +37,8 @@ Checks, per (example, method) in :data:`CASES`:
 ``svi-runs``
     hierarchical models, where mean-field SVI is known to be biased by more than an sd in the group scale
     (Yao et al. 2018, "Yes, but did it work?", on eight schools): the fit runs and gives finite draws of every
-    site in the reference's shapes; no accuracy claim.
+    site in the reference's shapes; no accuracy claim, nor one of convergence (a ConvergenceWarning is let
+    pass: 2000 steps do not settle every hierarchical guide; partially pooled baseball's settles by 6000).
 ``map``
     where the posterior is near-Gaussian: the mode within MAP_TOL reference sds plus K standard errors of the
     reference mean.  A joint mode differs from the marginal means by O(d / sqrt(n)) posterior sds for d
@@ -40,17 +46,21 @@ Checks, per (example, method) in :data:`CASES`:
     sqrt(RSS / n) lies (p + 1) / (2 n) sigma = 1.8 % below its posterior mean against a posterior sd of
     sigma / sqrt(2 n) = 5.4 %: 0.33 sd.  MAP_TOL = 0.5.
 ``map-degenerate``
-    hierarchical models whose joint density is unbounded (a group scale going to 0 with the group effects at
-    their mean: centred eight schools, partially pooled baseball's kappa going to infinity, the logit model's
-    scale, the logistic model's sigma_alpha): there is no mode; the optimisation cannot settle, and the fit
-    must warn (pyro_bdl.ConvergenceWarning).
+    hierarchical models with weak data per group, whose joint density is unbounded (a group scale going to 0
+    with the group effects at their mean: centred eight schools, partially pooled baseball's kappa going to
+    infinity, the logit model's scale) and has no interior local mode to stop at: the optimisation cannot
+    settle, and the fit must warn (pyro_bdl.ConvergenceWarning).
 ``map-runs``
     non-centred hierarchical models and the horseshoe, whose joint density is bounded but whose mode (a scale at
-    or near 0) is far from the posterior mean: the fit runs, one finite draw of every site in its shape.
+    or near 0) is far from the posterior mean, and the logistic model, whose 80 observations a group make a
+    local mode at a finite sigma_alpha (the optimiser stops there; the unbounded density at sigma_alpha = 0 is
+    never reached): the fit runs, one finite draw of every site in its shape; as for ``svi-runs``, a
+    ConvergenceWarning is let pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -72,6 +82,9 @@ NUTS = {"chains": 2, "samples": 1000, "warmup": 500}
 SVI = {"steps": 2000, "lr": 0.05, "samples": 1000}
 MAP = {"steps": 2000, "lr": 0.05}
 slow = pytest.mark.slow
+# The whole matrix (about 40 fits at the run lengths above) takes 10-15 minutes on 2 cores: a slow test module
+# (`make test-slow`, or `pytest -m slow tests/test_pyro_examples.py`), outside the few minutes of the default suite.
+pytestmark = pytest.mark.slow
 
 #: (example, check, settings, marks): every example with the methods that apply to it.
 CASES = [
@@ -91,7 +104,7 @@ CASES = [
     ("not_pooled", "nuts", NUTS, ()),
     ("not_pooled", "svi", SVI, ()),
     ("not_pooled", "map", MAP, ()),
-    ("partially_pooled", "nuts", NUTS, ()),
+    ("partially_pooled", "nuts-warns", NUTS, ()),
     ("partially_pooled", "svi-runs", SVI, ()),
     ("partially_pooled", "map-degenerate", MAP, ()),
     ("partially_pooled_with_logit", "nuts-divergent", NUTS, ()),
@@ -108,7 +121,7 @@ CASES = [
     ("horseshoe", "map-runs", MAP, ()),
     ("hierarchical_logistic", "nuts", NUTS, ()),
     ("hierarchical_logistic", "svi-runs", SVI, ()),
-    ("hierarchical_logistic", "map-degenerate", MAP, ()),
+    ("hierarchical_logistic", "map-runs", MAP, ()),
     ("pumps", "nuts", NUTS, ()),
     ("pumps", "svi-runs", SVI, ()),
     ("pumps", "map-runs", MAP, ()),
@@ -120,8 +133,8 @@ CASES = [
     ("gmm", "map", MAP, ()),
 ]
 
-METHOD = {"nuts": "nuts", "nuts-divergent": "nuts", "svi": "svi", "svi-runs": "svi", "map": "map",
-          "map-degenerate": "map", "map-runs": "map"}
+METHOD = {"nuts": "nuts", "nuts-divergent": "nuts", "nuts-warns": "nuts", "svi": "svi", "svi-runs": "svi",
+          "map": "map", "map-degenerate": "map", "map-runs": "map"}
 
 
 def reference_sites(example) -> dict:
@@ -143,22 +156,32 @@ def fit_draws(example, result, sites) -> dict[str, np.ndarray]:
     return {s: draws[s].reshape(draws[s].shape[0], draws[s].shape[1], -1) for s in sites}
 
 
-def _fit(example, check, settings):
-    data = example.data()
-    method = METHOD[check]
+@contextlib.contextmanager
+def _convergence_warnings_pass():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
+        yield
+
+
+def _expected_warnings(example, check):
+    """The context of the fit: the ConvergenceWarning it must give, or lets pass, or (the default) none."""
     if check == "nuts-divergent":
-        with pytest.warns(pyro_bdl.ConvergenceWarning, match="divergent"):
-            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
-    if check == "map-degenerate":
-        with pytest.warns(pyro_bdl.ConvergenceWarning):
-            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
-    if example.relabel is not None and method == "nuts":
-        # label switching between chains makes the raw draws' r_hat meaningless: the diagnostics are redone below
-        # on the relabelled draws (check_mixing)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
-            return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
-    return pyro_bdl.fit(example.model, data, inference=method, progress=False, seed=0, **settings)
+        return pytest.warns(pyro_bdl.ConvergenceWarning, match="divergent")
+    if check in ("map-degenerate", "nuts-warns"):
+        return pytest.warns(pyro_bdl.ConvergenceWarning)
+    if check in ("svi-runs", "map-runs"):  # no convergence claim
+        return _convergence_warnings_pass()
+    if example.relabel is not None and check == "nuts":
+        # label switching between chains makes the raw draws' r_hat meaningless: the diagnostics are redone on the
+        # relabelled draws (check_mixing)
+        return _convergence_warnings_pass()
+    return contextlib.nullcontext()
+
+
+def _fit(example, check, settings):
+    with _expected_warnings(example, check):
+        return pyro_bdl.fit(example.model, example.data(), inference=METHOD[check], progress=False, seed=0,
+                            **settings)
 
 
 def check_mixing(name, draws):
@@ -208,12 +231,15 @@ def _case_params():
 def test_every_example_has_a_reference_and_cases():
     assert set(REFERENCE["models"]) == {e.reference_name for e in EXAMPLES.values()}
     assert {name for name, *_ in CASES} == set(EXAMPLES)
+    compared = {e.reference_name: e.compare for e in EXAMPLES.values() if e.compare and not e.reference}
     for name, entry in REFERENCE["models"].items():
         settings = entry["settings"]
         assert settings["chains"] >= 4 and settings["chains"] * settings["samples"] >= 4000, (name, settings)
-        assert entry["divergences"] == 0, (name, entry["divergences"])  # a diverging run is biased: no reference
-        for site, ref in entry["sites"].items():
-            assert max(ref["r_hat"]) < 1.01, (name, site, max(ref["r_hat"]))
+        # a diverging run is biased; under one transition in 1000 cut short, far below the means' 1 / sqrt(ESS)
+        draws = settings["chains"] * settings["samples"]
+        assert entry["divergences"] < 1e-3 * draws, (name, entry["divergences"])
+        for site in compared.get(name, entry["sites"]):
+            assert max(entry["sites"][site]["r_hat"]) < 1.01, (name, site, entry["sites"][site]["r_hat"])
 
 
 @pytest.mark.parametrize("name,check,settings", list(_case_params()))
@@ -223,7 +249,7 @@ def test_pyro_example(name, check, settings):
     result = _fit(example, check, settings)
     assert set(result.likelihood_sites).isdisjoint(sites), f"posterior sites as data: {result.likelihood_sites}"
     draws = fit_draws(example, result, sites)
-    if check == "nuts":
+    if check in ("nuts", "nuts-warns"):
         if example.relabel is not None:
             check_mixing(name, draws)
         check_nuts(name, draws, sites)

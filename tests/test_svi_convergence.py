@@ -21,7 +21,7 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.inference import svi as svi_module
-from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_PACE, DriftTracker
+from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_PACE, DRIFT_VISIBLE, DriftTracker
 from pyro_bdl.inference.method import get_method
 from pyro_bdl.registry import get_model, resolve
 
@@ -50,7 +50,8 @@ def test_rugged_svi_at_the_user_defaults_matches_nuts():
     reference = json.loads(FIXTURE.read_text())["sites"]
     result = pyro_bdl.fit(BENCH.rugged_model, BENCH.rugged_data(), inference="svi", progress=False)
     assert result.record.settings["lr_hold"] == svi_module.USER_DEFAULTS["lr_hold"]
-    assert result.info["moving"] is False and result.info["drift_travelling"] < DRIFT_MIN
+    assert result.info["moving"] is False
+    assert result.info["drift_running"] < DRIFT_VISIBLE and result.info["drift_travelling"] < DRIFT_MIN
     for name, ref in reference.items():
         draws = result.samples[name].double().reshape(-1)
         mean, sd = float(draws.mean()), float(draws.std())
@@ -69,7 +70,8 @@ def test_a_too_short_run_warns_that_the_answer_is_still_moving():
                               lr=0.02, lr_hold=0.0, samples=200)
     assert "--lr" in str(caught[0].message) and "lr_hold" in str(caught[0].message)  # says what to do
     assert result.info["moving"] is True
-    assert result.info["drift_pace"] >= DRIFT_PACE and result.info["drift_travelling"] >= DRIFT_MIN
+    assert result.info["drift_pace"] >= DRIFT_PACE and result.info["drift_running"] >= DRIFT_VISIBLE
+    assert "full pace" in str(caught[0].message)
     assert result.info["drift_units"] == "guide sds"
 
 
@@ -142,7 +144,7 @@ def test_a_resumed_run_measures_the_same_drift(monkeypatch, tmp_path):
         with pytest.raises(KeyboardInterrupt):
             pyro_bdl.fit(_far_mean, data, checkpoint=tmp_path / "ck.pt", **settings)
     resumed = pyro_bdl.fit(_far_mean, data, checkpoint=tmp_path / "ck.pt", **settings)
-    for key in ("drift", "drift_sd", "drift_pace", "drift_at", "drift_travelling"):
+    for key in ("drift", "drift_sd", "drift_pace", "drift_t", "drift_at", "drift_running", "drift_travelling"):
         assert resumed.info[key] == whole.info[key], key
 
 

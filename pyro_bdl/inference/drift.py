@@ -4,25 +4,33 @@ A loss can look settled while the parameters still travel: Adam moves a paramete
 per step, so an intercept far from where optimisation starts is still on its way when a decaying rate has made the
 steps, and the changes of the loss, small.  The check compares where the fit was late in the run with where it ended:
 
-* :class:`DriftTracker` keeps the running mean of every optimised parameter (unconstrained) over two windows of the
-  run, ``EARLY`` (by default steps 70-80 %) and ``LATE`` (the last 10 %); averaging over a window removes most of
-  the optimiser's own jitter (the window means of a parameter that only jitters differ by a small fraction of its
-  posterior sd);
-* :func:`drift_record` measures the move between the two window means in the answer's own units:
+* :class:`DriftTracker` keeps the running means of every optimised parameter (unconstrained) over ``BATCHES`` batches
+  of two windows of the run, ``EARLY`` (by default steps 70-80 %) and ``LATE`` (the last 10 %).  Per parameter entry,
+  the move between the windows' means, its standard error from the spread of the batch means (the optimiser's
+  jitter), its *t* (move over standard error) and its *pace* (move over the reach: the sum of the learning rates
+  between the windows, as far as Adam can take a parameter whose gradient keeps its sign);
+* an entry *runs* when it went at ``DRIFT_PACE`` of the reach or more (its gradient kept its sign: the optimiser is
+  still carrying it as fast as the rate lets it), and *drifts* when it runs or its move is beyond its jitter (*t* at
+  least :func:`t_threshold`: a ``FALSE_ALARM`` chance, over all the entries, for a fit that only jitters);
+* :func:`drift_record` measures the answer's move in its own units, the whole (``drift``) and the parts the running
+  entries (``drift_running``) and the drifting ones (``drift_travelling``) make.  The answer is still moving
+  (:func:`still_moving`) when the running entries moved it visibly (``DRIFT_VISIBLE``) or the drifting ones
+  materially (``DRIFT_MIN``).  Units:
 
-  - a guide with scales (``svi``, ``svi-meanfield``, ``bbvi``, a user's guide): the guide at each window mean is drawn
-    ``DRAWS`` times with the same random numbers (so the draws' own noise cancels) and mapped to each latent site's
-    unconstrained space; ``drift`` is the largest move of a scalar's mean over its sd in the late window's guide,
-    ``drift_sd`` the largest change of a scalar's sd, as ``|log(sd_late / sd_early)|``;
-  - a point fit (``map``, ``mle``): ``drift`` is the largest move of an unconstrained parameter in units of
-    ``1 / sqrt(H_jj)``, the loss's curvature there at the end (the Laplace sd with the others held fixed); computed
-    for up to ``HESSIAN_MAX`` parameters (one Hessian-vector product each), not measured for more.
+  - a guide with scales (``svi``, ``svi-meanfield``, ``bbvi``, a user's guide): the guide is drawn ``DRAWS`` times at
+    the early means, the late means, and the early means with the running (drifting) entries moved to their late
+    means, with the same random numbers (so the draws' own noise cancels), mapped to each latent site's
+    unconstrained space; a scalar's move is that of its mean over its sd in the late window's guide (and of its sd,
+    as ``|log ratio|``);
+  - a point fit (``map``, ``mle``): a parameter entry's move in units of ``1 / sqrt(H_jj)``, the loss's curvature
+    there at the end (the Laplace sd with the others held fixed), for up to ``HESSIAN_MAX`` entries (one
+    Hessian-vector product each), not measured for more.
 
-A scalar counts as still moving when it moved at least ``DRIFT_MIN`` of its sd and went at ``DRIFT_PACE`` or more of
-the optimiser's *reach* doing so (:attr:`DriftTracker.reach`, the sum of the learning rates between the windows: a
-parameter whose gradient keeps its sign travels about that far, one jittering about its optimum goes nowhere);
-:func:`still_moving` reads the record, :func:`pyro_bdl.posterior.diagnostics.svi_report` warns (measurements:
-``benchmarks/RESULTS.md``, "SVI defaults on user models (issue 35)").
+  Both units are those of the fit as it ended: a fit far from its optimum has wide ones (its misfit shows as
+  noise), which is why a running entry needs only a visible move.
+
+:func:`pyro_bdl.posterior.diagnostics.svi_report` warns (measurements: ``benchmarks/RESULTS.md``, "SVI defaults on
+user models (issue 35)").
 
 Example
 -------
@@ -58,8 +66,8 @@ from torch.distributions import biject_to
 
 from pyro_bdl.storage.checkpoint import kept_rng
 
-__all__ = ["DriftTracker", "drift_record", "still_moving", "EARLY", "LATE", "DRAWS", "HESSIAN_MAX", "DRIFT_PACE",
-           "DRIFT_MIN"]
+__all__ = ["DriftTracker", "drift_record", "still_moving", "t_threshold", "EARLY", "LATE", "BATCHES", "DRAWS",
+           "HESSIAN_MAX", "DRIFT_MIN", "DRIFT_PACE", "DRIFT_VISIBLE", "FALSE_ALARM"]
 
 #: The early window, as fractions of the run's steps: late enough that a converged fit is there already, early enough
 #: that a fit still travelling has moved measurably by the end.
@@ -72,24 +80,45 @@ DRAWS = 64
 HESSIAN_MAX = 200
 #: Windows shorter than this many steps (a run shorter than about 100 steps) are too short to average the jitter out.
 MIN_WINDOW = 10
-#: An answer is still moving when some scalar of it moved at least ``DRIFT_MIN`` of its own sd between the windows (or
-#: its sd changed by that much, as a log ratio) and went at least ``DRIFT_PACE`` of the optimiser's reach doing so
-#: (travelling, as a parameter does whose gradient keeps its sign; one jittering about its optimum goes nowhere).
-#: Chosen so that no fit of the converged families warns and the too-short ones do: benchmarks/RESULTS.md, "SVI
-#: defaults on user models (issue 35)".
-DRIFT_PACE = 0.3
-DRIFT_MIN = 0.1
+#: Each window is cut into up to this many batches, of at least ``BATCH_STEPS`` steps each (longer than the
+#: optimiser's memory, about 10 steps for Adam's momentum, so that their means are close to independent); the spread
+#: of the batch means is the window mean's standard error.  With fewer than 3 batches (runs under about 750 steps)
+#: no *t* is computed, and only the pace tells travel.
+BATCHES = 8
+BATCH_STEPS = 25
+#: An answer is still moving when the running entries (at ``DRIFT_PACE`` of the reach or more) moved some scalar of it
+#: by at least ``DRIFT_VISIBLE`` of its own sd, or the drifting ones (running, or moved beyond their jitter: *t* at
+#: least :func:`t_threshold`, a ``FALSE_ALARM`` chance for a fit that only jitters) by at least ``DRIFT_MIN`` (a mean;
+#: or an sd by that much, as a log ratio).  Converged fits of the two generated families go at most 0.15 of the reach
+#: and drift at most 0.2 sd (the optimiser's jitter shrinking with the rate shifts its average a little); fits still
+#: on their way go at 0.7 to 1 of it.  Measurements: benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
+DRIFT_PACE = 0.5
+DRIFT_VISIBLE = 0.05
+DRIFT_MIN = 0.3
+FALSE_ALARM = 0.01
+
+
+def t_threshold(entries: int, batches: int = BATCHES) -> float:
+    """The *t* beyond which an entry's move counts as travel: Student's t with the degrees of freedom of two windows
+    of ``batches`` batches, at the two-sided ``FALSE_ALARM / entries`` level (Bonferroni over the entries).
+
+    >>> round(t_threshold(10), 1), round(t_threshold(10_000), 1)
+    (4.1, 8.2)
+    """
+    from scipy.stats import t as student
+
+    return float(student.ppf(1.0 - FALSE_ALARM / (2 * max(int(entries), 1)), df=2 * (batches - 1)))
 
 
 def still_moving(record) -> bool:
-    """Whether a :func:`drift_record` says the answer was still travelling when the run ended (False where it was
-    not measured).
+    """Whether a :func:`drift_record` says the answer was still on its way when the run ended (False where it was
+    not measured): its running entries moved it visibly, or its drifting ones materially.
 
-    >>> still_moving({"drift_travelling": 0.8}), still_moving({"drift_travelling": 0.05})
+    >>> still_moving({"drift_running": 0.08, "drift_travelling": 0.08}), still_moving({"drift_travelling": 0.2})
     (True, False)
     """
-    value = record.get("drift_travelling", math.nan)
-    return bool(math.isfinite(value) and value >= DRIFT_MIN)
+    running, drifting = record.get("drift_running", math.nan), record.get("drift_travelling", math.nan)
+    return bool(math.isfinite(running) and running >= DRIFT_VISIBLE or math.isfinite(drifting) and drifting >= DRIFT_MIN)
 
 
 def _window(fraction: tuple[float, float], steps: int) -> tuple[int, int]:
@@ -97,8 +126,9 @@ def _window(fraction: tuple[float, float], steps: int) -> tuple[int, int]:
 
 
 class DriftTracker:
-    """The running means of the param store's unconstrained parameters over the steps of an early and a late window
-    of a run of ``steps`` steps; :func:`pyro_bdl.inference.svi.optimise` calls :meth:`update` after every step.
+    """The running means of the param store's unconstrained parameters over the ``BATCHES`` batches of an early and
+    a late window of a run of ``steps`` steps; :func:`pyro_bdl.inference.svi.optimise` calls :meth:`update` after
+    every step.
 
     ``windows``: ``{"early": (first, end), "late": (first, end)}``, step indices (end excluded).
     """
@@ -106,23 +136,27 @@ class DriftTracker:
     def __init__(self, steps: int, early: tuple[float, float] = EARLY, late: tuple[float, float] = LATE):
         self.steps = int(steps)
         self.windows = {"early": _window(early, steps), "late": _window(late, steps)}
-        self.sums: dict[str, dict[str, torch.Tensor]] = {"early": {}, "late": {}}
-        self.counts = {"early": 0, "late": 0}
+        shortest = min(end - first for first, end in self.windows.values())
+        #: batches per window: up to BATCHES, each of BATCH_STEPS steps or more
+        self.batches = max(1, min(BATCHES, shortest // BATCH_STEPS))
+        self.sums: dict[str, list[dict[str, torch.Tensor]]] = {k: [{} for _ in range(self.batches)]
+                                                                for k in self.windows}
+        self.counts = {k: [0] * self.batches for k in self.windows}
         #: the sum of the learning rates of the steps between the windows' middles: how far Adam could have moved a
         #: parameter between the two means (a step moves each by about the rate, at most, when its gradient keeps
         #: its sign)
         self.reach = 0.0
 
     def update(self, step: int, rate: float = math.nan) -> None:
-        """Add the parameters after step ``step`` (0-based), taken at learning rate ``rate``, to the window it falls
-        in, if any."""
+        """Add the parameters after step ``step`` (0-based), taken at learning rate ``rate``, to the batch of the
+        window it falls in, if any."""
         (a0, a1), (b0, b1) = self.windows["early"], self.windows["late"]
         if (a0 + a1) / 2 <= step < (b0 + b1) / 2:
             self.reach += float(rate)
         for key, (first, end) in self.windows.items():
             if first <= step < end:
-                store = pyro.get_param_store()
-                sums = self.sums[key]
+                batch = (step - first) * self.batches // (end - first)
+                store, sums = pyro.get_param_store(), self.sums[key][batch]
                 with torch.no_grad():
                     for name in store.keys():
                         value = store.get_param(name).unconstrained().detach()
@@ -130,40 +164,52 @@ class DriftTracker:
                             sums[name] += value
                         else:
                             sums[name] = value.clone()
-                self.counts[key] += 1
+                self.counts[key][batch] += 1
+
+    def batch_means(self, key: str) -> list[dict[str, torch.Tensor]]:
+        """The window's batches that saw a step: name -> the batch's mean of that unconstrained parameter."""
+        return [{name: total / count for name, total in sums.items()}
+                for sums, count in zip(self.sums[key], self.counts[key]) if count]
 
     def means(self, key: str) -> dict[str, torch.Tensor]:
         """Name -> the window's mean of that unconstrained parameter (empty if the window saw no step)."""
-        count = self.counts[key]
-        return {name: total / count for name, total in self.sums[key].items()} if count else {}
+        count = sum(self.counts[key])
+        if not count:
+            return {}
+        names = set().union(*(sums.keys() for sums in self.sums[key]))
+        return {name: sum(s[name] for s in self.sums[key] if name in s) / count for name in names}
 
     def measurable(self) -> bool:
-        """Whether both windows saw enough steps to compare them."""
-        return all(count >= MIN_WINDOW for count in self.counts.values())
+        """Whether both windows saw enough steps, in every batch, to compare them."""
+        return all(sum(c) >= MIN_WINDOW and all(c) for c in self.counts.values())
+
+    def moves(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Name -> (move, t, pace) of each unconstrained entry between the window means, flat float64: the move,
+        over its standard error from the batch means (the window means' jitter; t is 0 with fewer than 3 batches),
+        over the :attr:`reach`."""
+        early, late = self.means("early"), self.means("late")
+        spread = {}
+        for key in self.windows if self.batches >= 3 else ():
+            batches = self.batch_means(key)
+            for name in early.keys() & late.keys():
+                values = torch.stack([b[name].reshape(-1).double() for b in batches if name in b])
+                spread[name] = spread.get(name, 0.0) + values.var(0) / len(values)
+        out = {}
+        for name in sorted(early.keys() & late.keys()):
+            move = (late[name] - early[name]).reshape(-1).double()
+            t = move.abs() / spread[name].sqrt() if name in spread else torch.zeros_like(move)
+            out[name] = (move, torch.nan_to_num(t, nan=0.0, posinf=math.inf), move.abs() / self.reach)
+        return out
 
     def state(self) -> dict:
         """What a checkpoint keeps of the tracker (a resumed run carries on summing)."""
-        return {"sums": {k: {n: v.clone() for n, v in s.items()} for k, s in self.sums.items()},
-                "counts": dict(self.counts), "reach": self.reach}
+        return {"sums": {k: [{n: v.clone() for n, v in s.items()} for s in batches] for k, batches in self.sums.items()},
+                "counts": {k: list(c) for k, c in self.counts.items()}, "reach": self.reach}
 
     def load(self, state: dict) -> None:
-        self.sums = {k: dict(s) for k, s in state["sums"].items()}
-        self.counts = dict(state["counts"])
+        self.sums = {k: [dict(s) for s in batches] for k, batches in state["sums"].items()}
+        self.counts = {k: list(c) for k, c in state["counts"].items()}
         self.reach = float(state["reach"])
-
-    def pace(self) -> tuple[float, str | None]:
-        """The largest move of an unconstrained parameter entry between the window means over :attr:`reach`, and
-        which (``"name[index]"``): near 1, a parameter still goes as fast as the optimiser lets it (its gradient
-        kept its sign: travelling, not jittering about an optimum); near 0, it stayed where it was."""
-        early, late = self.means("early"), self.means("late")
-        worst, worst_at = 0.0, None
-        for name in early.keys() & late.keys():
-            moved = (late[name] - early[name]).reshape(-1).double().abs()
-            if moved.numel():
-                j = int(moved.argmax())
-                if float(moved[j]) >= worst:
-                    worst, worst_at = float(moved[j]), _label(name, j, moved.numel())
-        return (worst / self.reach if self.reach > 0 else math.nan), worst_at
 
     def describe(self) -> str:
         (a0, a1), (b0, b1) = self.windows["early"], self.windows["late"]
@@ -232,48 +278,52 @@ def _label(name: str, index: int, size: int) -> str:
     return name if size == 1 else f"{name}[{index}]"
 
 
-class _Worst:
-    """The largest of a measure over the scalars seen, and where: ``drift`` (any pace) and ``travelling`` (among
-    the scalars that went at ``DRIFT_PACE`` of the reach or more)."""
+def _masks(moves: dict, batches: int) -> dict[str, dict[str, torch.Tensor]]:
+    """``{"running": ..., "travelling": ...}``, each name -> a mask of entries: those at ``DRIFT_PACE`` of the reach
+    or more, and those or the ones moved beyond their jitter (*t* at least :func:`t_threshold` of all the entries)."""
+    threshold = t_threshold(sum(move.numel() for move, _, _ in moves.values()), batches)
+    running = {name: pace >= DRIFT_PACE for name, (_, _, pace) in moves.items()}
+    return {"running": running,
+            "travelling": {name: (t >= threshold) | running[name] for name, (_, t, _) in moves.items()}}
 
-    def __init__(self):
-        self.values = {"drift": (0.0, None), "drift_sd": (0.0, None), "drift_travelling": (0.0, None)}
-        self.travelling_kind = None  # which measure the travelling one is: "drift" (a mean) or "drift_sd"
 
-    def see(self, key: str, name: str, moved: torch.Tensor, pace: torch.Tensor) -> None:
-        """``moved``: the scalars' moves (flat) by the measure ``key``; ``pace``: each one's move over the reach."""
-        moved = torch.nan_to_num(moved.double(), nan=0.0)  # an sd of 0 in both windows: a point, not moving
-        for target, values in ((key, moved), ("drift_travelling", torch.where(pace >= DRIFT_PACE, moved, 0.0))):
-            j = int(values.argmax())
-            if float(values[j]) > self.values[target][0] or self.values[target][1] is None:
-                self.values[target] = (float(values[j]), _label(name, j, values.numel()))
-                if target == "drift_travelling":
-                    self.travelling_kind = key
-
-    def record(self, keys) -> dict:
-        out = {"drift_travelling_kind": self.travelling_kind}
-        for key in keys:
-            out[key], out[f"{key}_at"] = self.values[key]
-        return out
+def _largest(values: dict[str, torch.Tensor]) -> tuple[float, str | None]:
+    """The largest entry of name -> flat tensor, and where (``"name[index]"``); NaN entries count as 0."""
+    best, at = 0.0, None
+    for name, v in values.items():
+        v = torch.nan_to_num(v.double(), nan=0.0)
+        if v.numel():
+            j = int(v.argmax())
+            if at is None or float(v[j]) > best:
+                best, at = float(v[j]), _label(name, j, v.numel())
+    return best, at
 
 
 def _guide_drift(tracker: DriftTracker, model, guide, data: dict, draws: int) -> dict:
-    supports = _supports(model, data)
-    with _with_params(tracker.means("early")):
-        early = _guide_moments(guide, data, supports, draws)
-    with _with_params(tracker.means("late")):
-        late = _guide_moments(guide, data, supports, draws)
-    worst, reach = _Worst(), tracker.reach
-    for name, (mean_late, sd_late) in late.items():
-        if name not in early:
-            continue
-        mean_early, sd_early = early[name]
-        # the pace of a mean is its move over the reach (a guide's location is a parameter Adam steps); that of an sd
-        # the move of its log (an autoguide's scale parameter is about log sd where it is small)
-        shift, ratio = (mean_late - mean_early).abs(), (sd_late / sd_early).log().abs()
-        worst.see("drift", name, shift / sd_late, shift / reach)
-        worst.see("drift_sd", name, ratio, torch.nan_to_num(ratio, nan=0.0) / reach)
-    return {**worst.record(("drift", "drift_sd", "drift_travelling")), "drift_units": "guide sds"}
+    supports, moves = _supports(model, data), tracker.moves()
+    early_means, masks = tracker.means("early"), _masks(moves, tracker.batches)
+    params = {"early": early_means, "late": tracker.means("late")}
+    for kind, mask in masks.items():  # the early means with the masked entries moved to the late means
+        params[kind] = {n: v + (mask[n].reshape(v.shape) * moves[n][0].reshape(v.shape)).to(v.dtype) if n in mask else v
+                        for n, v in early_means.items()}
+    answers = {}
+    for key, values in params.items():
+        with _with_params(values):
+            answers[key] = _guide_moments(guide, data, supports, draws)
+    record = {"drift_units": "guide sds"}
+    for kind, key in (("late", "drift"), ("running", "drift_running"), ("travelling", "drift_travelling")):
+        loc, scale = {}, {}
+        for name, (mean_late, sd_late) in answers["late"].items():
+            if name in answers["early"] and name in answers[kind]:
+                (mean_early, sd_early), (mean, sd) = answers["early"][name], answers[kind][name]
+                loc[name], scale[name] = (mean - mean_early).abs() / sd_late, (sd / sd_early).log().abs()
+        (moved, at), (changed, sd_at) = _largest(loc), _largest(scale)
+        if kind == "late":
+            record["drift"], record["drift_at"], record["drift_sd"], record["drift_sd_at"] = moved, at, changed, sd_at
+        else:
+            record[key], record[f"{key}_at"], record[f"{key}_kind"] = (
+                (moved, at, "drift") if moved >= changed else (changed, sd_at, "drift_sd"))
+    return record
 
 
 def _curvature(loss, model, guide, data: dict) -> dict | None:
@@ -301,36 +351,39 @@ def _curvature(loss, model, guide, data: dict) -> dict | None:
 def _point_drift(tracker: DriftTracker, model, guide, loss, data: dict, sites) -> dict:
     curvature = _curvature(loss, model, guide, data)
     if curvature is None:
-        return {"drift": math.nan, "drift_at": None, "drift_travelling": math.nan, "drift_travelling_at": None,
+        return {"drift": math.nan, "drift_at": None, "drift_running": math.nan, "drift_travelling": math.nan,
                 "drift_units": f"not measured (over {HESSIAN_MAX} parameters)"}
-    early, late = tracker.means("early"), tracker.means("late")
-    worst = _Worst()
-    for name, h in curvature.items():
-        if name not in early or name not in late:
-            continue
-        shift = (late[name] - early[name]).reshape(-1).double().abs()
-        # AutoDelta names its parameters "AutoDelta.<site>": label the site where there is one
-        site = next((s for s in sites if name == s or name.endswith("." + s)), name)
-        worst.see("drift", site, shift * h.clamp(min=0.0).sqrt(), shift / tracker.reach)
-    return {**worst.record(("drift", "drift_travelling")), "drift_units": "Laplace sds"}
+    moves = {n: m for n, m in tracker.moves().items() if n in curvature}
+    masks = _masks(moves, tracker.batches)
+    # AutoDelta names its parameters "AutoDelta.<site>": label the site where there is one
+    label = {n: next((s for s in sites if n == s or n.endswith("." + s)), n) for n in moves}
+    shift = {n: move.abs() * curvature[n].clamp(min=0.0).sqrt() for n, (move, _, _) in moves.items()}
+    record = {"drift_units": "Laplace sds"}
+    record["drift"], record["drift_at"] = _largest({label[n]: v for n, v in shift.items()})
+    for kind, mask in masks.items():
+        key = f"drift_{kind}"
+        record[key], record[f"{key}_at"] = _largest({label[n]: shift[n] * mask[n] for n in moves})
+        record[f"{key}_kind"] = "drift"
+    return record
 
 
 def drift_record(tracker: DriftTracker, model, guide, data: dict, *, point: bool, loss=None,
                  draws: int = DRAWS) -> dict:
     """What the check measured, for ``Draws.info``: ``drift`` (the largest move of the answer between the windows, in
     its own sds; NaN where not measured), ``drift_at`` (the scalar that moved most, e.g. ``"b[1]"``), for a guide with
-    scales ``drift_sd`` and ``drift_sd_at`` (the largest ``|log sd ratio|``); ``drift_travelling`` and its ``_at``:
-    the largest of those moves among the scalars that went at ``DRIFT_PACE`` or more of the optimiser's reach
-    (travelling, not jittering: :func:`still_moving` reads this one), ``drift_travelling_kind`` which measure it is
-    (``"drift"``, a mean, or ``"drift_sd"``); ``drift_pace`` and its ``_at``: the largest
-    move of an optimised parameter over the reach (:meth:`DriftTracker.pace`); ``drift_units`` and ``drift_window``
+    scales ``drift_sd`` and ``drift_sd_at`` (the largest ``|log sd ratio|``); ``drift_running``,
+    ``drift_travelling`` and their ``_at`` and ``_kind`` (``"drift"``, a mean, or ``"drift_sd"``): the largest move
+    the running entries make, and the drifting ones (:func:`still_moving` reads these two); ``drift_pace``, ``drift_t`` and their ``_at``: the
+    largest pace and *t* of an optimised parameter entry (:meth:`DriftTracker.moves`); ``drift_units`` and ``drift_window``
     (``"steps 1401-1600 against 1801-2000"``).  ``point``: a point fit (needs ``loss``, the fit's ELBO, for the
     curvature).  The fit's parameters and random streams are as they were after."""
     record = {"drift_window": tracker.describe()}
     if not tracker.measurable():
-        return {**record, "drift": math.nan, "drift_at": None, "drift_travelling": math.nan, "drift_travelling_at": None,
+        return {**record, "drift": math.nan, "drift_at": None, "drift_running": math.nan, "drift_travelling": math.nan,
                 "drift_units": "not measured (run too short or stopped)"}
-    record["drift_pace"], record["drift_pace_at"] = tracker.pace()
+    moves = tracker.moves()
+    record["drift_pace"], record["drift_pace_at"] = _largest({n: pace for n, (_, _, pace) in moves.items()})
+    record["drift_t"], record["drift_t_at"] = _largest({n: t for n, (_, t, _) in moves.items()})
     with kept_rng():
         if point:
             sites = list(_supports(model, data))

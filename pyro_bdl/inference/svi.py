@@ -227,10 +227,8 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     (it owns the progress bar's postfix) and returns True to stop (early stopping); ``monitor.state()`` (tensors,
     numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.  ``schedule``
     (optional) is called with the step's index before every step (a resumed run calls it from the first step it
-    runs), e.g. to set a KL warm-up factor the model reads.  ``tracker`` (optional, a
-    :class:`~pyro_bdl.inference.drift.DriftTracker`) is told every step's index after it, to average the parameters
-    over the windows the drift check compares; its sums are saved in the checkpoint.
-
+    runs), e.g. to set a KL warm-up factor the model reads.  ``tracker`` (a :class:`~pyro_bdl.inference.drift.DriftTracker`,
+    optional) is told every step's index, to average the parameters over the drift check's windows (checkpointed).
     Under ``torchrun`` (``processes``: the :class:`~pyro_bdl.inference.parallel.processes.ProcessGroup`, default
     the launch's), each process steps on its shard of every minibatch and the gradients are summed before each
     update (:class:`~pyro_bdl.inference.parallel.data_parallel.DataParallel`); process 0 alone shows progress and

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pyro_bdl.inference.base import ConvergenceWarning
-from pyro_bdl.inference.drift import still_moving
+from pyro_bdl.inference.drift import DRIFT_VISIBLE, still_moving
 
 __all__ = ["ConvergenceWarning", "mcmc_report", "svi_report", "importance_report", "compare_methods", "compare_loo"]
 
@@ -126,10 +126,13 @@ MOVING_ADVICE = ("run more steps (--steps), a larger learning rate (--lr), or ho
 
 
 def _drift_text(drift: Mapping) -> str:
-    at, value = drift.get("drift_travelling_at"), drift["drift_travelling"]
-    what = (f"the sd of '{at}' changed by a factor {np.exp(value):.3g}" if drift.get("drift_travelling_kind") == "drift_sd"
+    running = drift.get("drift_running", float("nan"))
+    key, how = (("drift_running", "carried at the optimiser's full pace") if np.isfinite(running) and running >= DRIFT_VISIBLE
+                else ("drift_travelling", "drifting beyond the optimiser's jitter"))
+    at, value = drift.get(f"{key}_at"), drift[key]
+    what = (f"the sd of '{at}' changed by a factor {np.exp(value):.3g}" if drift.get(f"{key}_kind") == "drift_sd"
             else f"'{at}' moved {value:.2g} of its {drift.get('drift_units', 'sds')}")
-    return f"{what} between {drift.get('drift_window', 'the late windows')}, travelling, not jittering"
+    return f"{what} between {drift.get('drift_window', 'the late windows')}, {how}"
 
 
 def importance_report(ess: float, draws: int, warn: bool = True) -> dict:
