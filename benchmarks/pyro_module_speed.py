@@ -4,6 +4,7 @@ models under NUTS").
 
     python benchmarks/pyro_module_speed.py            # ~5 minutes on 2 cores
     python benchmarks/pyro_module_speed.py --quick    # a smoke run
+    python benchmarks/pyro_module_speed.py --draws 200 --hidden 5   # shorter
 
 Two idioms of Pyro's tutorials: the Bayesian regression tutorial's ``BayesianRegression`` (a ``PyroModule[nn.Linear]``
 with ``PyroSample`` priors, 170 rows, 3 features) and a Bayesian network in the same idiom (1-10-1, tanh, 100
@@ -102,9 +103,11 @@ def _ours_seconds(module, x, y, samples: int, warmup: int, chains: int) -> tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--draws", type=int, default=500, help="warmup and draws per chain (default 500 each)")
+    parser.add_argument("--hidden", type=int, default=10, help="hidden units of the network (default 10)")
     args = parser.parse_args()
-    samples, warmup, chains = (5, 5, 2) if args.quick else (500, 500, 2)
-    hidden = 2 if args.quick else 10  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes even for 10 draws
+    samples, warmup, chains = (5, 5, 2) if args.quick else (args.draws, args.draws, 2)
+    hidden = 2 if args.quick else args.hidden  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes for 10 draws
     cases = {"BayesianRegression (tutorial), 170 x 3": (BayesianRegression(3), "regression"),
              f"BNN 1-{hidden}-1 (PyroModule idiom), 100 rows": (BNN(hidden), "bnn")}
     print(f"torch {torch.__version__}, pyro {pyro.__version__}; {chains} chains x ({warmup} warmup + {samples} draws)")
