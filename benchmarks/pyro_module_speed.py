@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import pyro
 import pyro.distributions as dist
@@ -30,22 +32,8 @@ from torch import nn
 
 import pyro_bdl
 
-
-class BayesianRegression(PyroModule):
-    """The Bayesian regression tutorial's model."""
-
-    def __init__(self, in_features: int, out_features: int = 1):
-        super().__init__()
-        self.linear = PyroModule[nn.Linear](in_features, out_features)
-        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([out_features, in_features]).to_event(2))
-        self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([out_features]).to_event(1))
-
-    def forward(self, x, y=None):
-        sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
-        mean = self.linear(x).squeeze(-1)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
-        return mean
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from pyro_example_models import BayesianRegression  # noqa: E402  (the tutorial's model, as the tests run it)
 
 
 class BNN(PyroModule):
@@ -108,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     samples, warmup, chains = (5, 5, 2) if args.quick else (args.draws, args.draws, 2)
     hidden = 2 if args.quick else args.hidden  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes for 10 draws
-    cases = {"BayesianRegression (tutorial), 170 x 3": (BayesianRegression(3), "regression"),
+    cases = {"BayesianRegression (tutorial), 170 x 3": (BayesianRegression(3, 1), "regression"),
              f"BNN 1-{hidden}-1 (PyroModule idiom), 100 rows": (BNN(hidden), "bnn")}
     print(f"torch {torch.__version__}, pyro {pyro.__version__}; {chains} chains x ({warmup} warmup + {samples} draws)")
     print("| model | load | Pyro's NUTS (s) | pyro_bdl nuts (s) | ratio | our threads |")
