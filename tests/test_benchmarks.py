@@ -413,4 +413,4 @@ def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
     out = run_script("benchmarks/svi_defaults_user.py", "--quick", cwd=tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| tune | poisson |")]
     assert [row.split("|")[3].strip() for row in rows] == ["svi", "map"], out
-    assert "fits within 1.0 sd of where they converge (conv): " in out and "(by the drift check: " in out, out
+    assert "converged (conv < 0.5): " in out and "off (conv >= 1.0): " in out, out

@@ -90,7 +90,8 @@ def exact():
 
 @pytest.fixture(scope="module")
 def nuts_fit():
-    return pyro_bdl.fit(shifted_mixture, {"y": Y}, inference="nuts", samples=400, warmup=200, seed=0, progress=False)
+    # 800 draws: with 400 the split r_hat of this well-mixed chain pair is 1.011 on 2 seeds in 3 (r_hat noise ~ 1/sqrt(ESS))
+    return pyro_bdl.fit(shifted_mixture, {"y": Y}, inference="nuts", samples=800, warmup=300, seed=0, progress=False)
 
 
 def _check_draws(result, exact):
@@ -216,7 +217,7 @@ def test_pointwise_log_likelihood_is_the_marginal_one(nuts_fit):
     w, mu = (nuts_fit.samples[k].double().numpy() for k in ("w", "mu"))
     hand = _marginal_rows(w[..., None], mu[..., None], Y.double().numpy())
     got = idata.log_likelihood["y"].values
-    assert got.shape == hand.shape == (2, 400, len(Y))
+    assert got.shape == hand.shape == (2, 800, len(Y))
     np.testing.assert_allclose(got, hand, rtol=0, atol=2e-5)
 
 
@@ -232,8 +233,8 @@ def test_loo_of_the_fit_is_the_loo_of_the_marginal_likelihood(nuts_fit):
 def test_infer_discrete_gives_the_posterior_of_the_assignments(nuts_fit, exact):
     """Drawn (temperature 1): the frequency of z_i = 0 over the draws is p(z_i = 0 | y) within 4 standard errors
     (variance at most p (1 - p) / ESS, the ESS of the continuous draws); most probable (temperature 0): the argmax
-    of p(z_i | w, mu, y_i) at every draw, exactly.  On every 4th draw of the fit (one run of the model per draw)."""
-    thinned = FitResult(shifted_mixture, {"y": Y}, "nuts", {k: v[:, ::4] for k, v in nuts_fit.samples.items()}, ["y"])
+    of p(z_i | w, mu, y_i) at every draw, exactly.  On every 8th draw of the fit (one run of the model per draw)."""
+    thinned = FitResult(shifted_mixture, {"y": Y}, "nuts", {k: v[:, ::8] for k, v in nuts_fit.samples.items()}, ["y"])
     drawn = thinned.infer_discrete()
     assert set(drawn) == {"z"} and drawn["z"].shape == (2, 100, len(Y))
     ess = min(float(az.ess(thinned.samples[k].numpy())) for k in ("w", "mu"))

@@ -197,8 +197,13 @@ class DriftTracker:
         out = {}
         for name in sorted(early.keys() & late.keys()):
             move = (late[name] - early[name]).reshape(-1).double()
-            t = move.abs() / spread[name].sqrt() if name in spread else torch.zeros_like(move)
-            out[name] = (move, torch.nan_to_num(t, nan=0.0, posinf=math.inf), move.abs() / self.reach)
+            if name in spread:  # no spread (a deterministic fit gone still): no move is 0, any other infinite
+                noise = spread[name].sqrt()
+                t = torch.where(noise > 0, move.abs() / noise.clamp(min=1e-300),
+                                torch.where(move == 0, 0.0, math.inf).double())
+            else:
+                t = torch.zeros_like(move)
+            out[name] = (move, t, move.abs() / self.reach)
         return out
 
     def state(self) -> dict:
@@ -338,7 +343,7 @@ def _curvature(loss, model, guide, data: dict) -> dict | None:
     grads = torch.autograd.grad(value, tensors, create_graph=True, allow_unused=True)
     out = {}
     for k, (name, g) in enumerate(zip(params, grads)):
-        diagonal = torch.zeros(tensors[k].numel(), dtype=torch.float64)  # a parameter the loss ignores: flat
+        diagonal = torch.zeros(tensors[k].numel(), dtype=torch.float64, device=tensors[k].device)  # a parameter the loss ignores: flat
         if g is not None and g.requires_grad:
             flat = g.reshape(-1)
             for i in range(flat.numel()):
