@@ -34,6 +34,7 @@ from pyro_bdl.inference.parallel.devices import move_to, resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, join
 from pyro_bdl.inference.site_shapes import as_event_dims, unplated_sites
 from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
+from pyro_bdl.posterior.mode_check import running_to_an_edge
 from pyro_bdl.posterior.prior_check import prior_posterior_conflict
 from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
 from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
@@ -229,7 +230,7 @@ def fit(
         draws = plan.method.execute(context, resolved)
         record.wall_seconds = time.perf_counter() - start
         result = _result(prepared, draws, observed, inference, record)
-        _diagnose(result, plan.method.family)
+        _diagnose(result, plan.method)
     if saver is not None and group.main:
         saver.clear()
     return result
@@ -388,8 +389,9 @@ def _check_minibatch(resolved: dict, bound, dataset, name: str | None = None) ->
         resolved["batch_size"] = None
 
 
-def _diagnose(result: FitResult, family: str) -> None:
+def _diagnose(result: FitResult, method) -> None:
     """Check the fit and record the diagnostics in ``result.info`` (warnings name what is wrong)."""
+    family = method.family
     if result.losses is not None:
         losses = np.asarray(result.losses, dtype=float)
         # an ensemble is judged by its worst member
@@ -400,8 +402,9 @@ def _diagnose(result: FitResult, family: str) -> None:
         # along flat directions after its predictions have settled; its loss and held-out metrics judge it
         network = result.spec is not None and "network" in result.spec.inference.traits
         drift = result.info if "drift_window" in result.info and not network else None
+        edges = _edges(result, method.objective) if family == "point" and drift is not None else None
         result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])],
-                                      drift=drift))
+                                      drift=drift, edges=edges))
     if family == "mcmc":
         result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
     if family == "importance":
@@ -413,3 +416,11 @@ def _diagnose(result: FitResult, family: str) -> None:
     for name, value in result.samples.items():
         if not torch.isfinite(value).all():
             warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)
+
+
+def _edges(result: FitResult, objective) -> list:
+    """The sites of a point fit at an edge of their support with the density still rising there (no mode:
+    posterior.mode_check), in the density the fit maximised (``objective(model)``, else the model's own)."""
+    with result.own_params():
+        return running_to_an_edge(result.model, result.data, result.samples,
+                                  objective(result.model) if objective is not None else None)

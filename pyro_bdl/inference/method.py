@@ -66,6 +66,8 @@ class Method:
         (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
         gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
         chains, gathered after), or None (it runs on one process).
+    objective : for a point estimate, ``model -> model`` whose log density it maximises (``mle``: the priors
+        dropped); None: the model's own joint density.  The check for a density with no mode reads it.
     predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
         than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
         saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
@@ -85,6 +87,7 @@ class Method:
     quick: Mapping[str, Any] = field(default_factory=dict)
     processes: str | None = None
     predictive_model: Callable | None = None
+    objective: Callable | None = None
     user_defaults: Mapping[str, Any] = field(default_factory=dict)
     user_init: Callable | None = None
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import pyro
 import pyro.infer.inspect
 import pyro.ops.jit
+from pyro import distributions as dist
 from pyro.infer import SVI, RandomWalkKernel, TraceMeanField_ELBO
 
 __all__ = [
@@ -212,11 +213,18 @@ def pending_optimiser_state(optim, param_name: str):
 # ---- trace sites ---------------------------------------------------------------------------------
 
 def is_deterministic(site: dict) -> bool:
-    """Whether a trace site is a ``pyro.deterministic`` one (observed in the trace, but not data)."""
+    """Whether a trace site is a function of the latents, observed in the trace but not data: a
+    ``pyro.deterministic`` site, or the site a reparameteriser (``poutine.reparam``: ``LocScaleReparam`` and the
+    others) leaves in the original's place, an observed ``Delta`` at the value computed from its new latents."""
     check = getattr(pyro.infer.inspect, "site_is_deterministic", None)
     if check is None:
         raise _missing("pyro.infer.inspect", "site_is_deterministic")
-    return bool(check(site))
+    if check(site):
+        return True
+    fn = site.get("fn")
+    while isinstance(fn, (dist.MaskedDistribution, dist.Independent, dist.ExpandedDistribution)):
+        fn = fn.base_dist
+    return bool(site.get("is_observed")) and isinstance(fn, dist.Delta)
 
 
 # ---- pyro.infer.SVI.step, copied by pyro_bdl.inference.svi.SVI ----------------------------------

@@ -99,8 +99,30 @@ def init_to_prior_mean(site=None):
         value = None
     if value is None or not bool(torch.isfinite(value).all()) or not bool(site["fn"].support.check(value).all()):
         return init_to_median(site, num_samples=15)
+    value = _spread_exchangeable(site["fn"], value)
     value._pyro_custom_init = False  # as Pyro's own strategies mark theirs
     return value
+
+
+#: Where a site's entries share one prior mean (a plate of exchangeable entries: mixture components, group
+#: effects), they start this many prior sds apart (random, from Pyro's stream): started equal, they are a saddle
+#: point that gradient steps keep symmetric (two mixture components found as one).
+EXCHANGEABLE_SPREAD = 0.1
+
+
+def _spread_exchangeable(fn, value: torch.Tensor) -> torch.Tensor:
+    """``value`` (the prior mean) with its entries spread by :data:`EXCHANGEABLE_SPREAD` prior sds where they are
+    all equal and the move stays in the support (unchanged for one entry, or where the sd is not finite)."""
+    if value.numel() < 2 or not bool((value == value.reshape(-1)[0]).all()):
+        return value
+    try:
+        sd = fn.stddev.detach()
+    except NotImplementedError:
+        return value
+    spread = value + EXCHANGEABLE_SPREAD * sd * torch.randn(value.shape, dtype=value.dtype, device=value.device)
+    if not bool(torch.isfinite(spread).all()) or not bool(fn.support.check(spread).all()):
+        return value
+    return spread
 
 
 class SVI(pyro.infer.SVI):
@@ -467,7 +489,7 @@ def _register() -> None:
                user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
                run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, point_estimate=True, quick={"steps": 100},
-               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
+               processes="data", objective=drop_priors, user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
     ):
         register_method(method)
 

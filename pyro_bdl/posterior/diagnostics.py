@@ -85,10 +85,12 @@ def mcmc_report(idata, var_names=None, warn: bool = True) -> dict:
     return report
 
 
-def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
+def svi_report(losses, warn: bool = True, drift: Mapping | None = None, edges: list | None = None) -> dict:
     """Final ELBO (mean of the last 10% of -loss), whether the loss has settled and, given the drift check's record
     (``drift``: :func:`pyro_bdl.inference.drift.drift_record`, as the fit's ``info`` holds it), whether the answer is
-    still moving (:func:`pyro_bdl.inference.drift.still_moving`).  One warning names both.
+    still moving (:func:`pyro_bdl.inference.drift.still_moving`).  One warning names both.  ``edges``: the moving
+    sites found running to a bound of their support (:func:`pyro_bdl.posterior.mode_check.running_to_an_edge`), where
+    the density has no mode: the warning says so instead of advising more steps.
 
     Settled: the means of the last two tenths of the run differ by less than three standard
     errors, or by less than 0.1% of the loss.
@@ -114,8 +116,11 @@ def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
                         f"standard error {se:.3g})")
     if moving:
         problems.append(f"the answer is still moving ({_drift_text(drift)})")
+    if edges:
+        report["no_mode"] = [site for site, _ in edges]
+        problems.append(_edges_text(edges))
     if warn and problems:
-        advice = "run more steps (--steps)" if not moving else MOVING_ADVICE
+        advice = NO_MODE_ADVICE if edges else MOVING_ADVICE if moving else "run more steps (--steps)"
         warnings.warn(f"SVI: {' and '.join(problems)}; {advice}", ConvergenceWarning, stacklevel=3)
     return report
 
@@ -123,6 +128,19 @@ def svi_report(losses, warn: bool = True, drift: Mapping | None = None) -> dict:
 #: What a warning about a moving answer (:func:`pyro_bdl.inference.drift.still_moving`) tells the user to do.
 MOVING_ADVICE = ("run more steps (--steps), a larger learning rate (--lr), or hold the rate for longer "
                  "(--set lr_hold=0.75; 1 keeps it constant)")
+
+
+#: What a warning about a point fit running to the edge of a support (no mode) tells the user to do.
+NO_MODE_ADVICE = ("more steps will not help.  Sample the posterior instead "
+                  "(--inference nuts, or svi), write the model non-centred (theta = mu + tau * z, z ~ N(0, 1)), or "
+                  "give the scale a prior that vanishes at the edge (e.g. Gamma(2, rate) instead of a half-Normal)")
+
+
+def _edges_text(edges: list) -> str:
+    sites = " and ".join(f"'{site}' is running to {bound:g}" for site, bound in edges)
+    return (f"{sites}, the edge of its support: the density rises all the way there, so there is no mode inside "
+            f"the support to stop at (as when a hierarchical model's group scale goes to 0 with every group effect "
+            f"at its mean, where the density grows without bound)")
 
 
 def _drift_text(drift: Mapping) -> str:
