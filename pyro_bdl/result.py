@@ -20,7 +20,7 @@ from pyro_bdl.inference.parallel.devices import move_to
 from pyro_bdl.inference import METHODS
 from pyro_bdl.inference.enumeration import discrete_draws
 from pyro_bdl.posterior.inference_data import quiet_arviz, to_inference_data
-from pyro_bdl.posterior.predictive import PredictiveDraws, predictive_draws, summarise
+from pyro_bdl.posterior.predictive import PredictiveDraws, check_draw_shapes, predictive_draws, summarise
 from pyro_bdl.posterior.uncertainty import classification_summary
 
 __all__ = ["FitResult", "FitRecord"]
@@ -189,9 +189,10 @@ class FitResult:
         """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
         if new_data is None:
             return self.training_predictive
+        data = move_to(self.model_kwargs(new_data), self.device)
         with self.own_params():
-            return predictive_draws(self.predicting_model, self.samples,
-                                    move_to(self.model_kwargs(new_data), self.device), self.likelihood_sites)
+            check_draw_shapes(self.predicting_model, self.samples, data)
+            return predictive_draws(self.predicting_model, self.samples, data, self.likelihood_sites)
 
     def infer_discrete(self, new_data=None, temperature: int = 1) -> dict:
         """The posterior of the model's discrete sites marked for enumeration, which the fit summed out

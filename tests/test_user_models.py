@@ -215,3 +215,24 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     for name, ref in reference["models"][example.reference_name]["sites"].items():
         mean = draws[name].reshape(draws[name].shape[0] * draws[name].shape[1], -1).mean(0)
         assert np.all(np.abs(mean - np.array(ref["mean"])) < 0.3 * np.array(ref["sd"])), (name, mean, ref["mean"])
+
+
+def test_predicting_other_groups_than_the_fit_is_a_clear_error():
+    """Eight schools' theta is one entry per school fitted: asked to predict 3 schools, predict names the site and
+    the shapes instead of a broadcasting error from inside the model; the same 8 schools with other sigmas predict."""
+    def schools(sigma, y=None):
+        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = pyro.sample("tau", dist.HalfNormal(5.0))
+        with pyro.plate("J", len(sigma)):
+            theta = pyro.sample("theta", dist.Normal(mu, tau))
+            pyro.sample("y", dist.Normal(theta, sigma), obs=y)
+
+    y, sigma = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]), torch.full((8,), 10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
+        result = pyro_bdl.fit(schools, {"sigma": sigma, "y": y}, inference="svi", steps=300, samples=50,
+                              progress=False, seed=0)
+    assert len(result.predict({"sigma": torch.ones(8)})) == 8
+    with pytest.raises(ValueError, match=r"latent site 'theta' the shape \(3,\), but its posterior draws have the "
+                                         r"shape \(8,\).*theta_new ~ N\(mu, tau\)"):
+        result.predict({"sigma": torch.ones(3)})

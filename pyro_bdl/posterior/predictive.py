@@ -30,6 +30,7 @@ from pyro import poutine
 from pyro_bdl.inference.base import deterministic_sites
 from pyro_bdl.inference.enumeration import enumerated_sites, marginal_log_likelihood
 from pyro_bdl.posterior.uncertainty import predictive_moments, regression_summary
+from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["PredictiveDraws", "predictive_draws", "summarise"]
 
@@ -141,6 +142,27 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
                      for name in computed}
     return PredictiveDraws(**{key: {s: v for s, v in per_site.items()} for key, per_site in out.items()},
                            observed=observed, gaussian=gaussian, deterministic=deterministic)
+
+
+@torch.no_grad()
+def check_draw_shapes(model, samples: dict, data: dict) -> None:
+    """Refuse, naming the site, new data under which a latent site of the posterior has another shape than its
+    draws (``samples``: site -> (chains, draws, *shape)): a hierarchical model's group effects, drawn for the groups
+    it was fitted on, asked for another number of groups.  One run of the model on the prior, leaving the random
+    streams as they were."""
+    with kept_rng():
+        trace = poutine.trace(model).get_trace(**data)
+    for name, node in trace.nodes.items():
+        if node["type"] != "sample" or node["is_observed"] or name not in samples:
+            continue
+        fitted, wanted = tuple(samples[name].shape[2:]), tuple(node["value"].shape)
+        if fitted != wanted:
+            raise ValueError(
+                f"the new data give latent site '{name}' the shape {wanted}, but its posterior draws have the shape "
+                f"{fitted} (from the data the model was fitted on): its entries belong to the rows or groups of that "
+                f"data (a hierarchical model's group effects, say), and the posterior says nothing of others.  "
+                f"Predict with data of the same groups, or write the new groups into the model (draw their effects "
+                f"from the population: theta_new ~ N(mu, tau)) and predict that site")
 
 
 def _enumerated_marginal(function):
