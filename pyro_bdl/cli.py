@@ -42,10 +42,12 @@ def _cmd_list(args) -> None:
     print("Models (pyro-bdl describe MODEL for details):")
     for spec in list_models():
         print(f"  {spec.name:<10} {spec.summary}")
-        print(f"  {'':<10} methods: {', '.join(spec.methods)}; default data: {spec.default_data}")
+        methods = ", ".join(n if spec.runs_as(n) == n else f"{n} (runs {spec.runs_as(n)})" for n in spec.methods)
+        print(f"  {'':<10} methods: {methods}; default data: {spec.default_data}")
     print("\nInference methods:")
     for m in METHODS.values():
-        print(f"  {m.name:<14} {m.summary}")
+        stands = f" (what '{m.answers_for}' runs on the models it suits)" if m.answers_for else ""
+        print(f"  {m.name:<14} {m.summary}{stands}")
     print("\nEmbedded data sets (use as --data NAME):")
     for name, emb in EMBEDDED.items():
         print(f"  {name:<10} {emb.doc} [target: {emb.target}]")
@@ -69,13 +71,14 @@ def _cmd_describe(args) -> None:
     print(f"Default data: {spec.default_data}")
     print("\nInference methods and their default settings:")
     for name in spec.methods:
-        merged = {**METHODS[name].defaults, **spec.inference.method_defaults.get(name, {})}
+        runs = spec.runs_as(name)  # svi on a model with its own amortised guide: the minibatch loop
+        merged = {**METHODS[runs].defaults, **spec.inference.method_defaults.get(runs, {})}
         if not spec.minibatches:
             merged.pop("batch_size", None)  # refused for a model that does not subsample its data
         defaults = ", ".join(f"{k}={v}" for k, v in merged.items())
-        if name in spec.inference.default_guides:
-            defaults += f", guide={spec.inference.default_guides[name]}"
-        print(f"  {name:<14} {defaults}")
+        if runs in spec.inference.default_guides:
+            defaults += f", guide={spec.inference.default_guides[runs]}"
+        print(f"  {name:<14} " + (f"runs {runs}: " if runs != name else "") + defaults)
 
 
 def parse_key_values(pairs, flag: str = "--option") -> dict:
@@ -151,12 +154,12 @@ def _cmd_fit(args) -> int | None:
                   for k, v in result.info.get("heldout", {}).items() if k != "fraction"})
     if extra:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
-    print(f"{spec.name} / {args.inference}: {result.record.wall_seconds:.1f} s; wrote {', '.join(files)} to {args.out}")
+    print(f"{spec.name} / {result.method}: {result.record.wall_seconds:.1f} s; wrote {', '.join(files)} to {args.out}")
 
 
 def _launch(args) -> int:
     """``fit ... --nproc N``: the same command in N processes started by ``torchrun`` (its exit status)."""
-    method = METHODS.get(args.inference)
+    method = METHODS[get_model(args.model).runs_as(args.inference)] if args.inference in METHODS else None
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     if method is not None and method.processes is None:

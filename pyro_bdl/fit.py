@@ -229,7 +229,7 @@ def fit(
     with using_threads(count):
         draws = plan.method.execute(context, resolved)
         record.wall_seconds = time.perf_counter() - start
-        result = _result(prepared, draws, observed, inference, record)
+        result = _result(prepared, draws, observed, plan.method.name, record)
         _diagnose(result, plan.method)
     if saver is not None and group.main:
         saver.clear()
@@ -421,6 +421,11 @@ def _diagnose(result: FitResult, method) -> None:
 def _edges(result: FitResult, objective) -> list:
     """The sites of a point fit at an edge of their support with the density still rising there (no mode:
     posterior.mode_check), in the density the fit maximised (``objective(model)``, else the model's own)."""
-    with result.own_params():
-        return running_to_an_edge(result.model, result.data, result.samples,
-                                  objective(result.model) if objective is not None else None)
+    if not result.samples or not all(bool(torch.isfinite(v).all()) for v in result.samples.values()):
+        return []
+    try:
+        with result.own_params():
+            return running_to_an_edge(result.model, result.data, result.samples,
+                                      objective(result.model) if objective is not None else None)
+    except (ValueError, RuntimeError, NotImplementedError):  # a prior that cannot be drawn, or a density that is not
+        return []  # finite at the point: not judged (the loss check reports a NaN loss)

@@ -36,7 +36,7 @@ import pyro
 from pyro_bdl.data.embedded import load
 from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites, takes_minibatches
-from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, pyro_names_as_ours
+from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, method_for, pyro_names_as_ours
 
 __all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "list_models", "takes_minibatches"]
 
@@ -189,8 +189,15 @@ class ModelSpec:
 
     @property
     def methods(self) -> tuple[str, ...]:
-        """The inference methods that suit the model: those whose ``requires`` its traits meet."""
-        return tuple(name for name, method in METHODS.items() if method.suits(self.inference.traits))
+        """The inference methods that suit the model: those whose ``requires`` its traits meet, and the names that
+        another answers for on it (``svi`` on a model with its own amortised guide: :func:`method_for`)."""
+        traits = self.inference.traits
+        return tuple(name for name, method in METHODS.items()
+                     if method.suits(traits) or method_for(name, traits).suits(traits))
+
+    def runs_as(self, inference: str) -> str:
+        """The method a fit of this model named ``inference`` runs (``svi`` on an amortised model: ``svi-amortised``)."""
+        return method_for(inference, self.inference.traits).name
 
     @property
     def default_method(self) -> str:
@@ -354,7 +361,7 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     the problem: an unknown method, a method that does not suit the model, a guide for a method that
     takes none, an unknown setting or a value outside a setting's domain.
     """
-    method = get_method(inference)
+    method = get_method(inference) if spec is None else method_for(inference, spec.inference.traits)
     if guide is not None and not method.takes_guide:
         raise ValueError(f"inference '{inference}' takes no guide")
     if spec is not None and not method.suits(spec.inference.traits):
@@ -368,9 +375,9 @@ def resolve(spec: ModelSpec | None, inference: str, guide=None, settings: Mappin
     given = {k: v for k, v in pyro_names_as_ours(settings or {}).items() if v is not None}
     model_defaults = dict(method.user_defaults) if spec is None else {}  # a user's own program: Method.user_defaults
     if spec is not None:
-        default_guide = spec.inference.default_guides.get(inference)
+        default_guide = spec.inference.default_guides.get(method.name)
         if guide is None or guide == default_guide:
-            model_defaults = spec.inference.method_defaults.get(inference, {})
+            model_defaults = spec.inference.method_defaults.get(method.name, {})
         if guide is None:
             guide = default_guide
     return Plan(method, guide, method.resolve_settings({**model_defaults, **given}))

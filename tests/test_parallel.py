@@ -213,9 +213,9 @@ def _device_cases() -> list:
     from pyro_bdl.registry import list_models
 
     slow = {spec.name for spec in list_models() if "network" in spec.inference.traits}
-    cases = {(spec.name, spec.default_method) for spec in list_models()}
+    cases = {(spec.name, spec.runs_as(spec.default_method)) for spec in list_models()}
     for name in METHODS:
-        suited = [spec.name for spec in list_models() if name in spec.methods]
+        suited = [spec.name for spec in list_models() if name in spec.methods and spec.runs_as(name) == name]
         if suited and not any(method == name for _, method in cases):
             cases.add((suited[0], name))
     return sorted((model, method) for model, method in cases

@@ -473,3 +473,19 @@ def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():
     mini = torch.tensor([loss(model, guide, x=x, y=y, batch_size=3) for _ in range(1500)])
     se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
     assert abs(float(full.mean() - mini.mean())) < 4 * se, (float(full.mean()), float(mini.mean()), se)
+
+
+def test_svi_names_the_minibatch_loop_on_a_model_with_its_own_encoder(tmp_path, capsys):
+    """`--inference svi` (what the lecture and Pyro call it) on the VAE runs svi-amortised, with its defaults and
+    the model's encoder; the fit's files and the printed line name the method that ran."""
+    from pyro_bdl.registry import resolve
+
+    plan = resolve(pyro_bdl.get_model("vae"), "svi")
+    assert plan.method.name == "svi-amortised" and plan.guide == "encoder" and plan.settings["lr"] == 3e-3
+    out = tmp_path / "fit"
+    assert main(["fit", "vae", "--inference", "svi", "--out", str(out), "--option", "latent_dim=2",
+                 "--option", "hidden=16", "--set", "epochs=1", "--set", "is_samples=5", "--no-progress"]) == 0
+    assert "vae / svi-amortised:" in capsys.readouterr().out
+    assert json.loads((out / "metrics.json").read_text())["method"] == "svi-amortised"
+    assert main(["describe", "vae"]) == 0
+    assert "svi            runs svi-amortised: " in capsys.readouterr().out

@@ -230,7 +230,8 @@ def _register() -> None:
     register_method(Method(
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,
-        requires=frozenset({"amortised"}), takes_guide=True, quick={"epochs": 2, "is_samples": 10}, processes="data"))
+        requires=frozenset({"amortised"}), takes_guide=True, quick={"epochs": 2, "is_samples": 10}, processes="data",
+        answers_for="svi"))
 
 
 _register()

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from pyro_bdl.inference.base import Draws, RunContext, as_flag
 
-__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "Domain", "SETTING_DOMAINS",
+__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "method_for", "Domain", "SETTING_DOMAINS",
            "processes_methods", "PYRO_NAMES", "pyro_names_as_ours"]
 
 
@@ -66,6 +66,9 @@ class Method:
         (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
         gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
         chains, gathered after), or None (it runs on one process).
+    answers_for : the name of a method this one runs in place of, for a model that this one suits and that one does
+        not (``svi-amortised`` answers for ``svi``: SVI of a model with its own amortised guide is the minibatch
+        loop); :func:`method_for` looks it up.
     objective : for a point estimate, ``model -> model`` whose log density it maximises (``mle``: the priors
         dropped); None: the model's own joint density.  The check for a density with no mode reads it.
     predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
@@ -88,6 +91,7 @@ class Method:
     processes: str | None = None
     predictive_model: Callable | None = None
     objective: Callable | None = None
+    answers_for: str | None = None
     user_defaults: Mapping[str, Any] = field(default_factory=dict)
     user_init: Callable | None = None
 
@@ -259,6 +263,16 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"unknown inference method '{name}'; known methods: {', '.join(METHODS)}")
     return METHODS[name]
+
+
+def method_for(name: str, traits) -> Method:
+    """The method a fit named ``name`` runs on a model with these ``traits``: ``name``'s own where it suits them,
+    else a method that answers for it (:attr:`Method.answers_for`) and suits them, else ``name``'s (whose refusal
+    then names the problem)."""
+    method = get_method(name)
+    if method.suits(traits):
+        return method
+    return next((m for m in METHODS.values() if m.answers_for == name and m.suits(traits)), method)
 
 
 def processes_methods() -> list[str]:
