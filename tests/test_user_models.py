@@ -191,8 +191,8 @@ def test_a_reparameterised_site_is_not_a_likelihood_term():
 
 
 def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
-    """init_to_prior_mean (where svi and map start on a user's program) spreads the entries of a site that share
-    one prior mean by 0.1 prior sd: started equal, two mixture components stay one (a saddle point).  Pyro's GMM
+    """init_to_prior_mean (where svi and map start on a user's program) spreads the entries of a plated site that
+    share one prior mean evenly over +/- 0.2 prior sd: started equal, two mixture components stay one (a saddle point).  Pyro's GMM
     tutorial model (enumerated assignments) then finds both components: its svi means within 0.3 posterior sds of
     Pyro's NUTS (tests/fixtures/pyro_examples_reference.json), the test_pyro_examples tolerance."""
     import json
@@ -201,10 +201,15 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     from pyro_bdl.inference.svi import EXCHANGEABLE_SPREAD, init_to_prior_mean
     from pyro_example_models import EXAMPLES
 
-    site = {"fn": dist.Normal(0.0, 10.0).expand([4]), "name": "locs", "value": None, "is_observed": False}
+    from types import SimpleNamespace
+
+    plated = {"fn": dist.Normal(0.0, 10.0).expand([4]), "name": "locs", "value": None, "is_observed": False,
+              "cond_indep_stack": (SimpleNamespace(size=4),)}
     pyro.set_rng_seed(0)
-    start = init_to_prior_mean(site)
-    assert start.unique().numel() == 4 and float(start.abs().max()) < 4 * EXCHANGEABLE_SPREAD * 10.0
+    start = init_to_prior_mean(plated)
+    assert torch.allclose(start, torch.tensor([-1.0, -1 / 3, 1 / 3, 1.0]) * EXCHANGEABLE_SPREAD * 10.0)
+    coefficients = {**plated, "cond_indep_stack": ()}  # a vector outside any plate: its entries are told apart
+    assert torch.equal(init_to_prior_mean(coefficients), torch.zeros(4))
     one = {"fn": dist.Normal(178.0, 20.0), "name": "a", "value": None, "is_observed": False}
     assert float(init_to_prior_mean(one)) == 178.0  # a single entry starts at the mean itself
 
