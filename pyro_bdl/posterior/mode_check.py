@@ -59,7 +59,10 @@ def _bounds(support) -> tuple[float, float]:
         support = support.base_constraint
     lower = 0.0 if support in (constraints.positive, constraints.nonnegative) else getattr(support, "lower_bound", None)
     upper = getattr(support, "upper_bound", None)
-    as_float = (lambda b, inf: float(b) if b is not None and torch.as_tensor(b).numel() == 1 else inf)
+    def as_float(bound, none: float) -> float:  # a bound that differs by entry (a tensor of them): not judged
+        single = bound.numel() == 1 if isinstance(bound, torch.Tensor) else isinstance(bound, (int, float))
+        return float(bound) if single else none
+
     return as_float(lower, -math.inf), as_float(upper, math.inf)
 
 
@@ -86,7 +89,11 @@ def running_to_an_edge(model, data: dict, samples: dict, objective=None, draws: 
                 continue
             prior = torch.stack([t.nodes[site]["value"].reshape(-1) for t in traces]).double().to(point.device)
             edge = _edge(node["fn"].support, point.double().reshape(-1), prior)
-            if edge is not None and _rises(objective or model, data, values, site, node["fn"].support, edge):
+            if edge is None:
+                continue
+            supports = {name: traces[0].nodes[name]["fn"].support for name in values}
+            held = _others_at_their_best(objective or model, data, values, site, supports)
+            if _rises(objective or model, data, held, site, node["fn"].support, edge):
                 found.append((site, edge))
     return found
 
@@ -109,12 +116,40 @@ def _edge(support, point: torch.Tensor, prior: torch.Tensor) -> float | None:
     return None
 
 
+def _others_at_their_best(model, data: dict, values: dict, site: str, supports: dict, steps: int = 100) -> dict:
+    """``values`` with every floating site but ``site`` moved to the log density's maximum given ``site``'s value
+    (L-BFGS in the unconstrained coordinates, at most ``steps`` iterations): where an optimiser that follows a ridge
+    would be if it had caught up (it lags on a ridge to an edge, the site of the ridge ahead of the others)."""
+    free = [name for name, value in values.items() if name != site and value.is_floating_point()]
+    if not free:
+        return values
+    with torch.enable_grad():
+        params = {name: biject_to(supports[name]).inv(values[name]).detach().clone().requires_grad_() for name in free}
+        optimiser = torch.optim.LBFGS(list(params.values()), max_iter=steps, line_search_fn="strong_wolfe")
+
+        def current() -> dict:
+            return {**values, **{name: biject_to(supports[name])(u) for name, u in params.items()}}
+
+        def closure():
+            optimiser.zero_grad()
+            loss = -_log_density(model, data, current())
+            if loss.requires_grad:
+                loss.backward()
+            return loss
+
+        before = float(closure())
+        optimiser.step(closure)
+        after = {name: value.detach() for name, value in current().items()}
+    # a step that failed (NaN) or did worse leaves the point as the fit left it
+    return after if float(_log_density(model, data, after)) >= -before else values
+
+
 def _rises(model, data: dict, values: dict, site: str, support, edge: float) -> bool:
     """Whether the log density rises towards ``edge`` as ``site`` moves there along its unconstrained coordinate:
     the directional derivative ``g`` (nats per unit, every entry moved together) at least :data:`RISE` and at
-    least :data:`RISE` of the curvature's scale ``sqrt(-h)`` where the density is concave there.  The other sites
-    are held, but after an optimisation they sit at their best for this one's value, so ``g`` is the slope of the
-    density maximised over them (the envelope theorem): the direction the optimiser is carried in."""
+    least :data:`RISE` of the curvature's scale ``sqrt(-h)`` where the density is concave there.  With the other
+    sites at their best for this one's value (:func:`_others_at_their_best`), ``g`` is the slope of the density
+    maximised over them (the envelope theorem): whether a mode lies ahead or only the edge."""
     transform = biject_to(support)
     point = values[site]
     with torch.enable_grad():
