@@ -16,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from pyro_bdl.data.embedded import EMBEDDED, load, split_dataset
+from pyro_bdl.data.embedded import EMBEDDED, split_dataset
 from pyro_bdl.data.images import is_image_file, load_images
 from pyro_bdl.data.table import load_csv
 from pyro_bdl.fit import fit
@@ -114,7 +114,7 @@ def _cmd_fit(args) -> int | None:
         check_out_dir(args.out, force=args.force)  # an unwritable path or an existing fit fails before any work
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)  # unknown options fail before any work
-    dataset = load(args.data or spec.default_data, args.target)
+    dataset = spec.load_data(args.data or spec.default_data, args.target)
     settings = {k: getattr(args, k) for k in ("steps", "samples", "warmup", "chains", "lr", "particles", "batch_size")}
     settings.update(parse_key_values(args.set, "--set"))  # text: fit reads numbers and flags (Method.resolve_settings)
     # a held-out fifth by default for the networks and for models with their own held-out evaluation (the VAE)

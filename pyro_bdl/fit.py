@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 import pyro
 import torch
 
 from pyro_bdl.data.arguments import bind_arguments
 from pyro_bdl.data.checks import DataWarning, check_training_data
-from pyro_bdl.data.embedded import load
 from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
 from pyro_bdl.data.task import Task
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
@@ -76,7 +76,7 @@ def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
         spec = get_model(model) if isinstance(model, str) else model
         if data is None:
             data = spec.default_data
-        dataset = load(data, target) if isinstance(data, str) else data
+        dataset = spec.load_data(data, target) if isinstance(data, (str, Path, pd.DataFrame)) else data
         if isinstance(dataset, dict):
             dataset = _arguments_as_dataset(spec, dataset)
         if not isinstance(dataset, Dataset):

@@ -31,9 +31,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import pandas as pd
 import pyro
 
 from pyro_bdl.data.embedded import load
+from pyro_bdl.data.table import DataError, from_frame
 from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites, takes_minibatches
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, method_for, pyro_names_as_ours
@@ -86,6 +88,8 @@ class DataContract:
         in the original units.
     local_latents : latent sites with one value per data point (a VAE's z): summarised by the fit, not kept as
         posterior draws nor sent to ArviZ.
+    missing_target : the value an empty target cell of a file or data frame stands for (a semi-supervised model's
+        unknown label: -1); None: empty cells are refused.
     check : raises :class:`~pyro_bdl.data.table.DataError` for data the model cannot take.
     infer_options : ``(dataset) -> {option: value}`` for options left at None that the training data decide (the
         number of classes).
@@ -97,6 +101,7 @@ class DataContract:
     task: Task = Task.REGRESSION
     standardize: bool = False
     local_latents: tuple[str, ...] = ()
+    missing_target: float | None = None
     check: Callable | None = None
     infer_options: Callable | None = None
 
@@ -211,6 +216,16 @@ class ModelSpec:
         """The model's math: its module's docstring, up to its example."""
         doc = inspect.getdoc(sys.modules[self.model.__module__]) or ""
         return doc.split("\nExample\n-------")[0].strip()
+
+    def load_data(self, source, target: str | None = None):
+        """The model's data from ``source``: an embedded set's name, a file (CSV, IDX, NPZ) or a pandas DataFrame.  A
+        CSV file or frame needs ``target`` for a model with a target; for one without (the VAE) every column is a
+        feature, and a ``target`` named is kept beside them (labels for the plots), not modelled."""
+        if isinstance(source, pd.DataFrame):
+            if target is None and self.data.target is not None:
+                raise DataError(f"model '{self.name}' needs a target: name its column (target=...)")
+            return from_frame(source, target, name="data frame", missing_target=self.data.missing_target)
+        return load(source, target, needs_target=self.data.target is not None, missing_target=self.data.missing_target)
 
     def data_kwargs(self, dataset) -> dict:
         """The model's data arguments from a :class:`~pyro_bdl.data.table.Dataset`: its features, target and size

@@ -489,3 +489,64 @@ def test_svi_names_the_minibatch_loop_on_a_model_with_its_own_encoder(tmp_path, 
     assert json.loads((out / "metrics.json").read_text())["method"] == "svi-amortised"
     assert main(["describe", "vae"]) == 0
     assert "svi            runs svi-amortised: " in capsys.readouterr().out
+
+
+def _pixel_files(tmp_path):
+    """A CSV of pixels (no label), the same with a label column, new rows, and ss-vae rows with empty label cells."""
+    import pandas as pd
+
+    digits = pyro_bdl.load("digits-01")
+    X, y = digits.X[:200].numpy(), digits.y[:200].numpy().astype(int)
+    columns = [f"p{i}" for i in range(X.shape[1])]
+    pd.DataFrame(X, columns=columns).to_csv(tmp_path / "pixels.csv", index=False)
+    labelled = pd.DataFrame(X, columns=columns).assign(label=y)
+    labelled.to_csv(tmp_path / "labelled.csv", index=False)
+    pd.DataFrame(digits.X[200:210].numpy(), columns=columns).to_csv(tmp_path / "new.csv", index=False)
+    semi = labelled.astype({"label": float})
+    semi.loc[40:, "label"] = np.nan  # unknown: an empty cell
+    semi.loc[35:39, "label"] = -1  # unknown, written as -1
+    semi.to_csv(tmp_path / "semi.csv", index=False)
+    return labelled, semi
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # runs of 1-2 epochs: the data path, not the fit
+def test_a_vae_fits_a_csv_of_pixels_without_a_target_and_predicts_another(tmp_path, capsys):
+    import pandas as pd
+
+    labelled, semi = _pixel_files(tmp_path)
+    quick = ["--option", "latent_dim=2", "--option", "hidden=16", "--set", "epochs=2", "--set", "is_samples=5",
+             "--no-progress"]
+    for name, extra in (("plain", []), ("svi", ["--inference", "svi"]), ("labels", ["--target", "label"])):
+        data = tmp_path / ("labelled.csv" if name == "labels" else "pixels.csv")
+        assert main(["fit", "vae", "--data", str(data), "--out", str(tmp_path / name), *extra, *quick]) == 0, name
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert metrics["method"] == "svi-amortised" and len(metrics["feature_names"]) == 64  # the label not a pixel
+        # predict a file without the label column, and one with it (the label is not a feature: left out)
+        for rows, n in (("new.csv", 10), ("labelled.csv", 200)):
+            out = tmp_path / f"{name}-{rows}"
+            assert main(["predict", str(tmp_path / name), "--data", str(tmp_path / rows), "--out", str(out)]) == 0
+            assert len(pd.read_csv(out)) == n and "log_px" in pd.read_csv(out)
+    capsys.readouterr()
+    # a supervised model still needs its target
+    assert main(["fit", "blr", "--data", str(tmp_path / "pixels.csv"), "--out", str(tmp_path / "blr")]) == 2
+    assert "needs a target column (--target)" in capsys.readouterr().err
+    # the Python API takes the path or the frame
+    frame_fit = pyro_bdl.fit("vae", labelled.drop(columns="label"), options={"latent_dim": 2, "hidden": 16},
+                             epochs=1, is_samples=5, progress=False)
+    path_fit = pyro_bdl.fit("vae", tmp_path / "pixels.csv", options={"latent_dim": 2, "hidden": 16},
+                            epochs=1, is_samples=5, progress=False)
+    assert frame_fit.data["x"].shape == path_fit.data["x"].shape == (200, 64)  # every column a pixel
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+def test_ss_vae_reads_empty_label_cells_as_unknown(tmp_path):
+    _, semi = _pixel_files(tmp_path)
+    spec = pyro_bdl.get_model("ss-vae")
+    dataset = spec.load_data(tmp_path / "semi.csv", "label")
+    assert int((dataset.y == -1).sum()) == 165 and bool((dataset.y[:35] >= 0).all())
+    assert torch.equal(spec.load_data(semi, "label").y, dataset.y)  # a frame the same as its file
+    with pytest.raises(pyro_bdl.DataError, match="label"):  # a model without unknown labels refuses empty cells
+        pyro_bdl.get_model("bnn-classifier").load_data(tmp_path / "semi.csv", "label")
+    fit = pyro_bdl.fit("ss-vae", tmp_path / "semi.csv", target="label", options={"hidden": 16}, epochs=2,
+                       progress=False)
+    assert fit.method == "svi-amortised"

@@ -286,9 +286,11 @@ EMBEDDED: dict[str, Embedded] = {
 }
 
 
-def load(source: str | Path, target: str | None = None) -> Dataset:
+def load(source: str | Path, target: str | None = None, needs_target: bool = True,
+         missing_target: float | None = None) -> Dataset:
     """An embedded data set by name, an image file (IDX or NPZ: :func:`pyro_bdl.data.images.load_images`) or a CSV file
-    by path (``target`` required for CSV)."""
+    by path.  A CSV file needs ``target`` for a model that has one (``needs_target``); without it every column is a
+    feature.  ``missing_target``: what an empty target cell stands for (:func:`~pyro_bdl.data.table.from_frame`)."""
     if isinstance(source, str) and source in EMBEDDED:
         emb = EMBEDDED[source]
         if target is not None and target != emb.target:
@@ -296,6 +298,6 @@ def load(source: str | Path, target: str | None = None) -> Dataset:
         return from_frame(emb.make(), emb.target, name=source)
     if is_image_file(source):
         return load_images(source)
-    if target is None:
+    if target is None and needs_target:
         raise DataError(f"{source}: a CSV file needs a target column (--target)")
-    return load_csv(source, target)
+    return load_csv(source, target, missing_target=missing_target)

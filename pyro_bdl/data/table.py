@@ -83,11 +83,13 @@ def from_frame(
     target: str | None,
     name: str = "frame",
     features: list[str] | None = None,
+    missing_target: float | None = None,
 ) -> Dataset:
     """Build a :class:`Dataset` from a data frame, checking it first.
 
-    ``target`` names the target column (None: rows to predict, no target); ``features``
-    defaults to every other column.
+    ``target`` names the target column (None: rows to predict, or a model without a target); ``features``
+    defaults to every other column.  ``missing_target``: the value an empty target cell stands for (a
+    semi-supervised model's unknown label, -1); None: an empty cell is refused like any other.
     """
     if len(df.columns) == 0 or len(df) == 0:
         raise DataError(f"{name}: has no data rows")
@@ -101,6 +103,8 @@ def from_frame(
         missing = [c for c in features if c not in df.columns]
         if missing:
             raise DataError(f"{name}: feature column(s) {', '.join(map(repr, missing))} not found")
+    if target is not None and missing_target is not None:
+        df = df.assign(**{target: df[target].fillna(missing_target)})
     used = list(features) + ([target] if target is not None else [])
     _check_finite(df[used], name)
     X = torch.tensor(df[features].to_numpy(dtype=np.float32).reshape(len(df), len(features)))
@@ -108,8 +112,9 @@ def from_frame(
     return Dataset(name, X, y, [str(c) for c in features], target)
 
 
-def load_csv(path: str | Path, target: str | None, features: list[str] | None = None) -> Dataset:
-    """Read a CSV file with a header row; errors name the file and the problem."""
+def load_csv(path: str | Path, target: str | None, features: list[str] | None = None,
+             missing_target: float | None = None) -> Dataset:
+    """Read a CSV file with a header row (:func:`from_frame` the rest); errors name the file and the problem."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file (and not an embedded data set; see `pyro-bdl list`)")
@@ -123,7 +128,7 @@ def load_csv(path: str | Path, target: str | None, features: list[str] | None = 
         raise DataError(f"{path}: not a readable CSV file ({exc})") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
-    return from_frame(df, target, name=str(path), features=features)
+    return from_frame(df, target, name=str(path), features=features, missing_target=missing_target)
 
 
 def check_binary(ds: Dataset) -> None:

@@ -177,6 +177,7 @@ register(ModelSpec(
     data=DataContract(
         features="x",
         target="y",
+        missing_target=-1.0,  # an empty label cell is an unknown label, as -1 is
         local_latents=("z_labelled", "z_unlabelled", "y_unlabelled"),
         task=Task.SEMI_SUPERVISED,
         check=_check,
