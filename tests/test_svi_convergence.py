@@ -21,7 +21,7 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.inference import svi as svi_module
-from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_PACE, DRIFT_VISIBLE, DriftTracker
+from pyro_bdl.inference.drift import DRIFT_FULL_PACE, DRIFT_MIN, DRIFT_PACE, DRIFT_VISIBLE, DriftTracker
 from pyro_bdl.inference.method import get_method
 from pyro_bdl.registry import get_model, resolve
 
@@ -156,3 +156,15 @@ def test_tracker_windows_and_a_run_too_short_to_measure():
         short = pyro_bdl.fit(_far_mean, _far_data(), inference="map", progress=False, steps=30, lr=1.0, lr_hold=0.0)
     assert short.info["moving"] is None  # not measured, not "not moving"
     assert math.isnan(short.info["drift"]) and short.info["drift_units"].startswith("not measured")
+
+
+def test_a_point_fit_at_full_pace_far_from_its_mode_warns():
+    """Rethinking's heights model (the benchmark's check family), MAP for 300 steps at the old schedule: 77
+    posterior sds from the mode, its intercept carried at the optimiser's full pace, but so far out that the move
+    reads as 0.02 of the (wide) Laplace sd there: the pace alone says it is on its way (DRIFT_FULL_PACE)."""
+    problem = next(p for p in BENCH.PROBLEMS if p.name == "heights")
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="full pace .* still on its way"):
+        result = pyro_bdl.fit(problem.model, problem.data(0), inference="map", progress=False, seed=0, steps=300,
+                              lr=0.02, lr_hold=0.0)
+    assert result.info["moving"] is True and result.info["drift_pace"] >= DRIFT_FULL_PACE
+    assert result.info["drift_running"] < DRIFT_VISIBLE  # the move in its units would not have told

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pyro_bdl.inference.base import ConvergenceWarning
-from pyro_bdl.inference.drift import DRIFT_VISIBLE, still_moving
+from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_VISIBLE, still_moving
 
 __all__ = ["ConvergenceWarning", "mcmc_report", "svi_report", "importance_report", "compare_methods", "compare_loo"]
 
@@ -144,7 +144,12 @@ def _edges_text(edges: list) -> str:
 
 
 def _drift_text(drift: Mapping) -> str:
-    running = drift.get("drift_running", float("nan"))
+    running, drifting = drift.get("drift_running", float("nan")), drift.get("drift_travelling", float("nan"))
+    visible = np.isfinite(running) and running >= DRIFT_VISIBLE or np.isfinite(drifting) and drifting >= DRIFT_MIN
+    if not visible:  # moving by its pace alone: far from the optimum, where a long way reads as a small move
+        return (f"'{str(drift.get('drift_pace_at')).split('.', 1)[-1]}' went at {drift['drift_pace']:.2f} of the "
+                f"optimiser's full pace between {drift.get('drift_window', 'the late windows')}, its gradient "
+                f"keeping its sign: still on its way")
     key, how = (("drift_running", "carried at the optimiser's full pace") if np.isfinite(running) and running >= DRIFT_VISIBLE
                 else ("drift_travelling", "drifting beyond the optimiser's jitter"))
     at, value = drift.get(f"{key}_at"), drift[key]
