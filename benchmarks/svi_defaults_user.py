@@ -56,7 +56,7 @@ from torch.distributions import biject_to
 
 import pyro_bdl
 from pyro_bdl.inference import latent_sites, observed_sites
-from pyro_bdl.inference.drift import DRIFT_MIN, DRIFT_VISIBLE
+from pyro_bdl.inference.drift import DRIFT_FULL_PACE, DRIFT_MIN, DRIFT_VISIBLE
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -529,10 +529,11 @@ def rugged_table(seeds: int, fixture: str) -> int:
     return 0
 
 
-def replay(paths, visible: float, material: float) -> int:
-    """The tally of tables this script printed, as if ``DRIFT_VISIBLE`` and ``DRIFT_MIN`` were ``visible`` and
-    ``material``: a fit warns when its loss did not settle, its running move is at least ``visible`` or its drifting
-    move at least ``material`` (the drift check's rule, from the table's columns)."""
+def replay(paths, visible: float, material: float, full_pace: float = DRIFT_FULL_PACE) -> int:
+    """The tally of tables this script printed, as if ``DRIFT_VISIBLE``, ``DRIFT_MIN`` and ``DRIFT_FULL_PACE`` were
+    ``visible``, ``material`` and ``full_pace``: a fit warns when its loss did not settle, its running move is at
+    least ``visible``, its drifting move at least ``material`` or its pace at least ``full_pace`` (the drift check's
+    rule, from the table's columns)."""
     tally = Tally()
     for path in paths:
         with open(path) as f:
@@ -541,9 +542,9 @@ def replay(paths, visible: float, material: float) -> int:
                 if len(cells) != 16 or cells[0] in ("family", "---"):
                     continue
                 conv, running, drifting = float(cells[6]), float(cells[9].split(" ")[0]), float(cells[10].split(" ")[0])
-                moving = running >= visible or drifting >= material
+                moving = running >= visible or drifting >= material or float(cells[12]) >= full_pace
                 tally.add(conv, moving or cells[13] != "True", moving)
-    print(f"DRIFT_VISIBLE {visible}, DRIFT_MIN {material}: {tally.line()}")
+    print(f"DRIFT_VISIBLE {visible}, DRIFT_MIN {material}, DRIFT_FULL_PACE {full_pace}: {tally.line()}")
     return 0
 
 
@@ -567,9 +568,10 @@ def main(argv=None) -> int:
     parser.add_argument("--replay", nargs="+", metavar="LOG", help="tally tables this script printed (see replay) and stop")
     parser.add_argument("--visible", type=float, default=DRIFT_VISIBLE, help="the DRIFT_VISIBLE to replay them with")
     parser.add_argument("--material", type=float, default=DRIFT_MIN, help="the DRIFT_MIN to replay them with")
+    parser.add_argument("--full-pace", type=float, default=DRIFT_FULL_PACE, help="the DRIFT_FULL_PACE to replay them with")
     args = parser.parse_args(argv)
     if args.replay:
-        return replay(args.replay, args.visible, args.material)
+        return replay(args.replay, args.visible, args.material, args.full_pace)
     if args.write_fixture:
         return write_fixture(args.write_fixture)
     if args.rugged:

@@ -414,3 +414,17 @@ def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("| tune | poisson |")]
     assert [row.split("|")[3].strip() for row in rows] == ["svi", "map"], out
     assert "converged (conv < 0.5): " in out and "off (conv >= 1.0): " in out, out
+
+
+def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
+    """--replay tallies printed rows under the drift rule: a row at full pace counts as warned by the drift check
+    (whatever its move), one that only jitters does not, until the threshold is lowered below its pace."""
+    header = "| family | model | method | settings | seed | err | conv | sd / NUTS sd | drift | running | drifting | t | pace | loss settled | warned | s |"
+    rows = ["| check | heights | map | old-300 | 0 | 77.35 | 77.35 |  | 0.03 (sigma) | 0.02 (a) | 0.02 (a) | 0.0 | 1.00 | True | - | 2 |",
+            "| tune | rugged | svi | default | 0 | 0.09 | 0.06 | 0.51-1.01 | 0.19 (bA) | 0.00 | 0.19 (bA) | 7.7 | 0.10 | True | - | 21 |"]
+    log = tmp_path / "table.md"
+    log.write_text("\n".join([header, *rows]) + "\n")
+    out = run_script("benchmarks/svi_defaults_user.py", "--replay", str(log), cwd=tmp_path)
+    assert "converged (conv < 0.5): 1, warned: 0 (drift check: 0)" in out and "off (conv >= 1.0): 1, warned: 1 (drift check: 1)" in out, out
+    out = run_script("benchmarks/svi_defaults_user.py", "--replay", str(log), "--full-pace", "0.05", cwd=tmp_path)
+    assert "converged (conv < 0.5): 1, warned: 1 (drift check: 1)" in out, out
