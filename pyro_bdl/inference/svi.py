@@ -84,8 +84,10 @@ def init_to_prior_mean(site=None):
     """Pyro init strategy: the prior's mean where it is finite and in the support (the centre a user's prior names: 0
     for N(0, 10), 178 for N(178, 20)), else (a Cauchy's, a discrete site's) the median of 15 prior draws.  Where
     ``svi``, ``svi-meanfield``, ``map`` and ``mle`` start on a user's own program (``Method.user_init``): the median of
-    prior draws, the guides' own default, starts a wide prior's site a random third of its sd from its centre
-    (benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)").
+    15 prior draws, the guides' own default, starts a wide prior's site at random about a third of its sd from its
+    centre (the median of 15 draws has sd about 0.32 prior sd), where the centre is the one point the user named.
+    The entries of a plated site are spread about it (:data:`EXCHANGEABLE_SPREAD`).  The defaults that go with it:
+    benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
 
     >>> import pyro.distributions as dist
     >>> float(init_to_prior_mean({"fn": dist.Normal(178.0, 20.0), "name": "a", "value": None, "is_observed": False}))
