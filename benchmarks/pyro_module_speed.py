@@ -5,6 +5,7 @@ models under NUTS").
     python benchmarks/pyro_module_speed.py            # ~5 minutes on 2 cores
     python benchmarks/pyro_module_speed.py --quick    # a smoke run
     python benchmarks/pyro_module_speed.py --draws 200 --hidden 5   # shorter
+    python benchmarks/pyro_module_speed.py --models bnn --draws 50 --hidden 5   # the network alone
 
 Two idioms of Pyro's tutorials: the Bayesian regression tutorial's ``BayesianRegression`` (a ``PyroModule[nn.Linear]``
 with ``PyroSample`` priors, 170 rows, 3 features) and a Bayesian network in the same idiom (1-10-1, tanh, 100
@@ -93,6 +94,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--draws", type=int, default=500, help="warmup and draws per chain (default 500 each)")
     parser.add_argument("--hidden", type=int, default=10, help="hidden units of the network (default 10)")
+    parser.add_argument("--models", nargs="+", choices=["regression", "bnn"], default=["regression", "bnn"],
+                        help="which models to time (default both)")
     args = parser.parse_args()
     samples, warmup, chains = (5, 5, 2) if args.quick else (args.draws, args.draws, 2)
     hidden = 2 if args.quick else args.hidden  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes for 10 draws
@@ -102,6 +105,8 @@ def main() -> None:
     print("| model | load | Pyro's NUTS (s) | pyro_bdl nuts (s) | ratio | our threads |")
     print("|---|---|---|---|---|---|")
     for name, (module, kind) in cases.items():
+        if kind not in args.models:
+            continue
         x, y = _data(kind)
         _ours_seconds(module, x, y, 5, 5, chains)  # the potential is traced once per model and data shapes
         for load in ("alone", "beside a busy process"):
