@@ -5,7 +5,7 @@ models under NUTS").
     python benchmarks/pyro_module_speed.py            # ~5 minutes on 2 cores
     python benchmarks/pyro_module_speed.py --quick    # a smoke run
     python benchmarks/pyro_module_speed.py --draws 200 --hidden 5   # shorter
-    python benchmarks/pyro_module_speed.py --models bnn --draws 50 --hidden 5   # the network alone
+    python benchmarks/pyro_module_speed.py --models bnn --draws 50 --hidden 5 [--loads busy]   # the network only
 
 Two idioms of Pyro's tutorials: the Bayesian regression tutorial's ``BayesianRegression`` (a ``PyroModule[nn.Linear]``
 with ``PyroSample`` priors, 170 rows, 3 features) and a Bayesian network in the same idiom (1-10-1, tanh, 100
@@ -96,6 +96,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=10, help="hidden units of the network (default 10)")
     parser.add_argument("--models", nargs="+", choices=["regression", "bnn"], default=["regression", "bnn"],
                         help="which models to time (default both)")
+    parser.add_argument("--loads", nargs="+", choices=["alone", "busy"], default=["alone", "busy"],
+                        help="alone, beside a busy process, or both (default)")
     args = parser.parse_args()
     samples, warmup, chains = (5, 5, 2) if args.quick else (args.draws, args.draws, 2)
     hidden = 2 if args.quick else args.hidden  # a smoke run: Pyro's NUTS on the 1-10-1 net takes minutes for 10 draws
@@ -109,7 +111,7 @@ def main() -> None:
             continue
         x, y = _data(kind)
         _ours_seconds(module, x, y, 5, 5, chains)  # the potential is traced once per model and data shapes
-        for load in ("alone", "beside a busy process"):
+        for load in [{"alone": "alone", "busy": "beside a busy process"}[k] for k in args.loads]:
             stop = multiprocessing.Event()
             busy = multiprocessing.Process(target=_spin, args=(stop,)) if load != "alone" else None
             if busy is not None:
