@@ -25,3 +25,15 @@ def _fresh_pyro_state():
     pyro.set_rng_seed(0)
     yield
     pyro.clear_param_store()
+
+
+def centred_schools(sigma, y=None):
+    """Eight schools, centred, as Pyro's examples write it: theta_j ~ N(mu, tau), y_j ~ N(theta_j, sigma_j) (shared
+    by the tests of user programs: the no-mode check, reparameterised sites, predicting other groups)."""
+    import pyro.distributions as dist
+
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("J", len(sigma)):
+        theta = pyro.sample("theta", dist.Normal(mu, tau))
+        pyro.sample("y", dist.Normal(theta, sigma), obs=y)

@@ -17,18 +17,11 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.posterior.mode_check import running_to_an_edge
+from conftest import centred_schools
 from pyro_example_models import EXAMPLES
 
 SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-
-
-def centred_schools(sigma, y=None):
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", len(sigma)):
-        theta = pyro.sample("theta", dist.Normal(mu, tau))
-        pyro.sample("y", dist.Normal(theta, sigma), obs=y)
 
 
 def tight_noise(y):

@@ -173,18 +173,13 @@ def test_a_reparameterised_site_is_not_a_likelihood_term():
     from pyro.infer.reparam import LocScaleReparam
     from pyro import poutine
 
-    def centred(sigma, y=None):
-        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-        tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-        with pyro.plate("J", len(sigma)):
-            theta = pyro.sample("theta", dist.Normal(mu, tau))
-            pyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+    from conftest import centred_schools
 
-    noncentred = poutine.reparam(centred, config={"theta": LocScaleReparam(centered=0.0)})
+    noncentred = poutine.reparam(centred_schools, config={"theta": LocScaleReparam(centered=0.0)})
     y, sigma = torch.tensor([28.0, 8.0, -3.0, 7.0]), torch.tensor([15.0, 10.0, 16.0, 11.0])
     result = pyro_bdl.fit(noncentred, {"sigma": sigma, "y": y}, inference="map", steps=200, progress=False, seed=0)
-    assert result.likelihood_sites == ["obs"]
-    assert list(result.to_inference_data().log_likelihood.data_vars) == ["obs"]
+    assert result.likelihood_sites == ["y"]
+    assert list(result.to_inference_data().log_likelihood.data_vars) == ["y"]
     theta = result.samples["theta"].reshape(-1)
     want = result.samples["mu"].reshape(()) + result.samples["tau"].reshape(()) * result.samples["theta_decentered"].reshape(-1)
     assert torch.allclose(theta, want, atol=1e-5)
@@ -225,12 +220,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
 def test_predicting_other_groups_than_the_fit_is_a_clear_error():
     """Eight schools' theta is one entry per school fitted: asked to predict 3 schools, predict names the site and
     the shapes instead of a broadcasting error from inside the model; the same 8 schools with other sigmas predict."""
-    def schools(sigma, y=None):
-        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-        tau = pyro.sample("tau", dist.HalfNormal(5.0))
-        with pyro.plate("J", len(sigma)):
-            theta = pyro.sample("theta", dist.Normal(mu, tau))
-            pyro.sample("y", dist.Normal(theta, sigma), obs=y)
+    from conftest import centred_schools as schools
 
     y, sigma = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]), torch.full((8,), 10.0)
     with warnings.catch_warnings():
