@@ -94,9 +94,8 @@ BATCH_STEPS = 25
 #: on their way go at 0.7 to 1 of it.  Measurements: benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
 DRIFT_PACE = 0.5
 DRIFT_VISIBLE = 0.05
-#: An entry going at this much of the reach or more is still on its way whatever the move in its units (a fit far
-#: from its optimum has units so wide that a long way reads as a small move): of 76 fits of the benchmark's tables at
-#: 0.9 or more, all 76 were a posterior sd or more from where their method converges.
+#: An entry going at this much of the reach or more is still on its way whatever its move in its own units (far from
+#: the optimum those units are wide): benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)", short runs.
 DRIFT_FULL_PACE = 0.9
 DRIFT_MIN = 0.3
 FALSE_ALARM = 0.01

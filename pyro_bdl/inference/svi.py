@@ -110,9 +110,8 @@ def init_to_prior_mean(site=None):
 #: Where the entries of a site in a ``pyro.plate`` share one prior mean (exchangeable entries: mixture components,
 #: group effects), they start spread evenly over this many prior sds either side of it: started equal, they are a
 #: saddle point that gradient steps keep symmetric (two mixture components found as one).  Evenly, not at random, so
-#: that no two start close (at random, 0.1 sd apart, Pyro's GMM tutorial model merged its two components on one seed
-#: in three).  A vector site outside any plate (a regression's coefficients, told apart by their columns) starts at
-#: the mean itself.
+#: that no two start close (tests/test_user_models.py, the GMM tutorial's model).  A vector site outside any plate (a
+#: regression's coefficients, told apart by their columns) starts at the mean itself.
 EXCHANGEABLE_SPREAD = 0.2
 
 
