@@ -32,6 +32,7 @@ DOCUMENTED = [
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
+    "pyro_bdl.workflows",
     "pyro_bdl.posterior.inference_data", "pyro_bdl.storage.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
     "pyro_bdl.inference.mcmc.methods", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.posterior.plots",

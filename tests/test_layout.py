@@ -25,6 +25,7 @@ LAYERS = {
     "pyro_bdl.inference": 4,
     "pyro_bdl.posterior": 5,
     "pyro_bdl.registry": 6, "pyro_bdl.result": 6, "pyro_bdl.fit": 6, "pyro_bdl.store": 6, "pyro_bdl.cli": 6,
+    "pyro_bdl.workflows": 6,  # faces too: what a user does with fits (active learning, evidence, SBC), on fit
     "pyro_bdl.models": 7,
     "pyro_bdl.studies": 8,
     "pyro_bdl": 9,
