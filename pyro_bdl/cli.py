@@ -1,4 +1,5 @@
-"""Command line: ``pyro-bdl list | describe | fit | predict | sample`` (a thin layer over the Python API).
+"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn`` (a thin layer over the Python
+API).
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
@@ -19,6 +20,7 @@ from pathlib import Path
 from pyro_bdl.data.embedded import EMBEDDED, split_dataset
 from pyro_bdl.data.images import is_image_file, load_images
 from pyro_bdl.data.table import load_csv
+from pyro_bdl.data.task import Task
 from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
 from pyro_bdl.inference.method import processes_methods
@@ -29,8 +31,9 @@ from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import get_model, list_models
 from pyro_bdl.storage.files import atomic_write, atomic_write_text
-from pyro_bdl.storage.paths import check_out_dir, check_out_file, remove_stale
+from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_file, remove_stale
 from pyro_bdl.store import load_fit, write_fit
+from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
 
 __all__ = ["main", "parse_key_values"]
 
@@ -195,6 +198,44 @@ def _cmd_predict(args) -> None:
     print(f"wrote {len(table)} predictions ({', '.join(table.columns)}) to {args.out}")
 
 
+def _cmd_active_learn(args) -> None:
+    spec = get_model(args.model)
+    check_out_dir(args.out, force=args.force)
+    out = Path(args.out)
+    if (out / "history.csv").exists() and not args.force:
+        raise OutputPathError(f"--out {out}: already holds an active-learning run (history.csv); choose another "
+                              "directory, or pass --force to replace it")
+    options = parse_key_values(args.option, "--option")
+    spec.resolve_options(options)
+    settings = parse_key_values(args.set, "--set")
+    pool = spec.load_data(args.data or spec.default_data, args.target)
+    if args.test is not None:
+        test = spec.load_data(args.test, args.target)
+    else:
+        pool, test = split_dataset(pool, args.test_fraction, seed=args.seed, stratify=spec.data.task.stratified)
+    regression = spec.data.task is Task.REGRESSION
+    acquisitions = (args.acquisition or ("variance,random" if regression else "bald,random")).split(",")
+    history = compare_acquisitions(
+        spec.name, pool, args.inference, acquisitions, seeds=range(args.seed, args.seed + args.seeds),
+        progress=not args.no_progress, test=test, initial=args.initial, batch=args.batch, rounds=args.rounds,
+        batch_mode=args.batch_mode, options=options, checkpoint=out / "checkpoint-{acquisition}-{seed}.json",
+        **settings)
+    atomic_write_text(out / "history.csv", history.to_csv(index=False))
+    metric = "rmse" if regression else "accuracy"
+    import matplotlib.pyplot as plt
+
+    ax = plot_learning_curves(history, metric)
+    ax.set_title(f"{spec.name} / {args.inference}: {len(test)} test rows")
+    atomic_write(out / "learning_curve.png", lambda path: ax.figure.savefig(path, format="png", dpi=120,
+                                                                            bbox_inches="tight"))
+    plt.close(ax.figure)
+    last = history[history["round"] == history["round"].max()].groupby("acquisition", sort=False)[metric]
+    for name, values in last:
+        print(f"{name}: {metric} {values.mean():.4g} (over {len(values)} seeds) at {int(history['labelled'].max())} "
+              f"labels")
+    print(f"wrote history.csv, learning_curve.png to {out}")
+
+
 SAMPLE_FORMATS = (".npz", ".csv", ".png")
 
 
@@ -301,6 +342,31 @@ def build_parser() -> argparse.ArgumentParser:
                         "or .png (a grid of the means)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_cmd_sample)
+
+    p = sub.add_parser("active-learn", help="label a pool batch by batch, the rows chosen by the posterior (BALD, ...)")
+    p.add_argument("model")
+    p.add_argument("--data", help="the pool: a CSV file (its --target column revealed only when a row is acquired) "
+                                  "or an embedded data set name (default: the model's own)")
+    p.add_argument("--target", help="the label column of the CSV files")
+    p.add_argument("--test", help="held-out CSV with labels (default: --test-fraction of the pool)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="held out from the pool when no --test (0.2)")
+    p.add_argument("--inference", "-i", default="mc-dropout", help="inference method (default mc-dropout)")
+    p.add_argument("--acquisition", help="comma-separated acquisitions (default bald,random; for a regression "
+                                         "variance,random): bald, entropy, variation-ratios, mean-std, variance, "
+                                         "epistemic-variance, random")
+    p.add_argument("--initial", type=int, default=20, help="rows labelled first (balanced over classes; 20)")
+    p.add_argument("--batch", type=int, default=10, help="rows acquired per round (10)")
+    p.add_argument("--rounds", type=int, default=10, help="acquisition rounds (10)")
+    p.add_argument("--batch-mode", default="top", help="top (the highest scores) or stochastic (sampled in "
+                                                      "proportion to them)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per acquisition, seeds --seed, --seed + 1, ... (1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="inference setting, e.g. --set steps=1000")
+    p.add_argument("--out", required=True, help="output directory (history.csv, learning_curve.png)")
+    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a fit")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(run=_cmd_active_learn)
     return parser
 
 

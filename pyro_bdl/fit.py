@@ -70,8 +70,9 @@ class _Prepared:
         return self.model if self.standardized is None else self.standardized.with_sites(observed)
 
 
-def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
-    """The model bound and its data on ``device`` (so the standardising transform's statistics are too)."""
+def _prepare(model, data, target, options, device: torch.device, standardize_on=None) -> _Prepared:
+    """The model bound and its data on ``device`` (so the standardising transform's statistics are too), the inputs
+    standardised by the statistics of ``standardize_on`` (n', d) where given, else of the training rows."""
     if isinstance(model, (str, ModelSpec)):
         spec = get_model(model) if isinstance(model, str) else model
         if data is None:
@@ -99,7 +100,8 @@ def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
         bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
         if not spec.data.standardize:
             return _Prepared(spec, bound, original, dataset, resolved)
-        standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None)
+        standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None,
+                                        x_reference=_reference_inputs(standardize_on, dataset))
         standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
         return _Prepared(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
     if not callable(model):
@@ -111,6 +113,17 @@ def _prepare(model, data, target, options, device: torch.device) -> _Prepared:
     unplated = unplated_sites(bound, kwargs)
     return _Prepared(None, bound, kwargs, data if isinstance(data, Dataset) else None,
                      run=as_event_dims(bound, unplated) if unplated else None)
+
+
+def _reference_inputs(inputs, dataset: Dataset) -> torch.Tensor | None:
+    """``standardize_on`` as a tensor like ``dataset.X`` (its device and dtype), checked: the same columns."""
+    if inputs is None:
+        return None
+    X = torch.as_tensor(inputs.X if isinstance(inputs, Dataset) else inputs).to(dataset.X)
+    if X.dim() != 2 or X.shape[1] != dataset.X.shape[1] or len(X) == 0:
+        raise DataError(f"standardize_on must be inputs (rows, {dataset.X.shape[1]}) like the data's, got shape "
+                        f"{tuple(X.shape)}")
+    return X
 
 
 def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
@@ -157,6 +170,7 @@ def fit(
     checkpoint: str | Path | None = None,
     device: str | torch.device | None = None,
     threads: int | str = "auto",
+    standardize_on=None,
     **settings,
 ) -> FitResult:
     """Fit a model with one inference method.
@@ -165,10 +179,9 @@ def fit(
     ----------
     model : a zoo model name (``pyro-bdl list``) or any Pyro model callable.
     data : for a zoo model, an embedded data set name, a CSV path (with ``target``), a
-        :class:`~pyro_bdl.data.table.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``;
-        checked and standardised as a data set) (default: the model's embedded data set); for your own
-        model, its arguments by name (dict, DataFrame) or position (tuple), NumPy, pandas or torch
-        (:mod:`pyro_bdl.data.arguments`).
+        :class:`~pyro_bdl.data.table.Dataset` or a dict of its data arguments (``{"X": X, "y": y}``) (default: the
+        model's embedded data set); for your own model, its arguments by name (dict, DataFrame) or position
+        (tuple), NumPy, pandas or torch (:mod:`pyro_bdl.data.arguments`).
     inference : a method of :data:`pyro_bdl.METHODS` (``pyro-bdl list``: ``nuts``, ``svi``, ``map``, ...); default
         ``nuts``, or for a zoo model that NUTS does not suit, the first method that does
         (:attr:`~pyro_bdl.registry.ModelSpec.default_method`).
@@ -179,13 +192,13 @@ def fit(
     options : zoo model options, e.g. ``{"prior_scale": 2.0}``.
     seed : random seed (torch, numpy, random).
     progress : show a progress bar.
-    checkpoint : a file to save progress in (SVI, MAP, MLE: every 500 steps and on Ctrl-C;
-        MCMC: after every chain).  If it holds a checkpoint of the same run, the fit resumes
-        from it; it is deleted when the fit completes.
+    checkpoint : a file to save progress in (SVI, MAP, MLE: every 500 steps and on Ctrl-C; MCMC: after every
+        chain).  If it holds a checkpoint of the same run, the fit resumes from it; it is deleted when the fit ends.
     device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:1"``, ``"mps"``: where the data, the parameters and the
         sampler's state live (under ``torchrun``, ``"cuda"`` is each process's own GPU).
     threads : torch's threads for the fit: ``"auto"`` (one unless the model's operations are large and cores are
         free, :mod:`pyro_bdl.inference.parallel.threads`) or a number; the count before is put back after.
+    standardize_on : inputs (n', d) whose column moments standardise a zoo model's (default: the training rows').
     Under ``torchrun``, the processes share the work (:mod:`pyro_bdl.inference.parallel.processes`).
     **settings : run-length settings of the method (``steps``, ``lr``, ``particles``,
         ``samples``, ``warmup``, ``chains``, ...; see :data:`pyro_bdl.inference.METHODS`; Pyro's names too,
@@ -212,7 +225,7 @@ def fit(
     init_loc_fn, plan = settings.pop("init_loc_fn", None), resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
     device, group = _placement(plan.method, device, threads)
-    prepared = _prepare(model, data, target, options, device)
+    prepared = _prepare(model, data, target, options, device, standardize_on)
     _check_data(spec, plan.method, prepared, resolved)
     join(device)
     pyro.set_rng_seed(seed)

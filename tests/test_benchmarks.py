@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from toy_uci import write_uci
 
@@ -428,3 +429,31 @@ def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
     assert "converged (conv < 0.5): 1, warned: 0 (drift check: 0)" in out and "off (conv >= 1.0): 1, warned: 1 (drift check: 1)" in out, out
     out = run_script("benchmarks/svi_defaults_user.py", "--replay", str(log), "--full-pace", "0.05", cwd=tmp_path)
     assert "converged (conv < 0.5): 1, warned: 1 (drift check: 1)" in out, out
+
+
+def test_sbc_quick_run_writes_its_table_and_figures(tmp_path):
+    """benchmarks/sbc.py on every case, 2 replications of short fits, L = 9: a row per case and site entry in
+    sbc.md and a figure per case."""
+    out = run_script("benchmarks/sbc.py", "--quick", "--n", "2", "--draws", "9", "--out", str(tmp_path), cwd=tmp_path)
+    text = (tmp_path / "sbc.md").read_text()
+    assert "machine: " in text and "CPU cores" in text and "total wall time" in text, text
+    for case, entry in [("blr", "w[1]"), ("coin", "pi"), ("eight_schools", "eta[7]"), ("svi_correlated", "b"),
+                        ("laplace_skewed", "rate")]:
+        assert f"| {case} | " in text and f" | {entry} | " in text, text
+        assert (tmp_path / f"sbc_{case}.png").stat().st_size > 0
+    assert "| eight_schools | " in text and " | theta" not in text  # the deterministic site is not ranked
+    assert "wrote " in out
+
+
+def test_active_learning_benchmark_writes_its_table_and_curves(tmp_path):
+    rows = np.random.default_rng(0).normal(size=(80, 3))
+    rows[:, 2] = rows[:, 0] - 0.5 * rows[:, 1]
+    write_uci(tmp_path / "uci" / "toy", data=rows, features="0 1", target="2",
+              splits={0: (list(range(60)), list(range(60, 80)))})
+    out = run_script("benchmarks/active_learning.py", "--cases", "digits", "uci", "--uci", str(tmp_path / "uci" / "toy"),
+                     "--seeds", "1", "--rounds", "1", "--steps", "30", "--samples", "5", "--out", str(tmp_path / "res"),
+                     cwd=tmp_path)
+    table = (tmp_path / "res" / "active_learning.md").read_text()
+    assert "| bald |" in table and "| entropy |" in table and "| variance |" in table, out
+    assert (tmp_path / "res" / "active_learning_digits.png").stat().st_size > 1000
+    assert not list((tmp_path / "res").glob(".al-*"))  # the runs' checkpoints are gone once they end

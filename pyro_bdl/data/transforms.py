@@ -78,9 +78,16 @@ class Standardizer:
     y_sd: float | None = None
 
     @classmethod
-    def fit(cls, X: torch.Tensor, y: torch.Tensor | None = None) -> Standardizer:
-        """Mean and (population) sd of each column of ``X`` (n, d), and of ``y`` (n,) if given."""
+    def fit(cls, X: torch.Tensor, y: torch.Tensor | None = None, x_reference: torch.Tensor | None = None
+            ) -> Standardizer:
+        """Mean and (population) sd of each column of ``X`` (n, d), and of ``y`` (n,) if given; the columns' from
+        ``x_reference`` (n', d) instead where given (inputs known beyond the training rows: a pool's)."""
         X = _as_2d(X, "X")
+        if x_reference is not None:
+            own, reference = cls.fit(X, y), cls.fit(_as_2d(x_reference, "x_reference").to(X))
+            if reference.x_mean.shape != own.x_mean.shape:
+                raise DataError(f"x_reference has {len(reference.x_mean)} columns, X {len(own.x_mean)}")
+            return cls(reference.x_mean, reference.x_sd, own.y_mean, own.y_sd)
         if X.shape[0] == 0:
             raise DataError("cannot fit a Standardizer on 0 rows")
         x = X.detach().to(torch.float64)
