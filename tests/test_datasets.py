@@ -16,7 +16,7 @@ from toy_uci import DATA, SPLITS, write_uci
 
 import pyro_bdl.data.embedded
 from pyro_bdl.data.embedded import DIGITS_OOD_KINDS, EMBEDDED, SINE_GAP, digits_ood, digits_split, load, sine_grid
-from pyro_bdl.data.table import DataError
+from pyro_bdl.data.table import DataError, Dataset
 from pyro_bdl.data.transforms import Standardizer
 from pyro_bdl.data.uci import load_uci, uci_splits
 
@@ -274,3 +274,29 @@ def test_uci_bad_n_splits_and_split_type(tmp_path):
     (folder / "n_splits.txt").write_text("twenty\n")
     with pytest.raises(DataError, match="n_splits.txt: expected one positive integer"):
         uci_splits(folder)
+
+
+def test_standardizer_takes_its_columns_from_a_reference_and_its_target_from_the_rows():
+    X, y = torch.tensor([[0.0], [1.0]]), torch.tensor([3.0, 5.0])
+    pool = torch.tensor([[0.0], [2.0], [4.0], [6.0]])
+    s = Standardizer.fit(X, y, x_reference=pool)
+    assert s.x_mean.tolist() == [3.0] and s.x_sd.tolist() == pytest.approx([5.0**0.5])
+    assert (s.y_mean, s.y_sd) == (4.0, 1.0)
+    with pytest.raises(DataError, match="x_reference has 2 columns"):
+        Standardizer.fit(X, y, x_reference=torch.zeros(3, 2))
+
+
+def test_fit_standardises_on_the_inputs_it_is_given():
+    """A few labelled rows standardised by a pool's columns (active learning): the fit's transform is the pool's,
+    and inputs of another width are refused."""
+    import pyro_bdl
+
+    pool = pyro_bdl.load("sine")
+    few = Dataset("few", pool.X[:8], pool.y[:8], pool.feature_names, pool.target_name)
+    with pytest.warns(pyro_bdl.ConvergenceWarning):  # 20 steps: the transform is what is checked, not the fit
+        fit = pyro_bdl.fit("bnn-regressor", few, "map", steps=20, progress=False, standardize_on=pool.X,
+                           options={"hidden": (5,)})
+    assert fit.standardizer.x_mean.tolist() == pytest.approx(pool.X.double().mean(0).tolist())
+    assert fit.standardizer.y_mean == pytest.approx(float(few.y.double().mean()))
+    with pytest.raises(DataError, match=r"standardize_on must be inputs \(rows, 1\)"):
+        pyro_bdl.fit("bnn-regressor", few, "map", steps=20, progress=False, standardize_on=torch.zeros(4, 3))
