@@ -3,6 +3,8 @@ resuming after an interruption, the oracle, bad settings, and the command line."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -158,3 +160,30 @@ def test_the_command_line_refuses_bad_settings_and_writes_nothing(tmp_path, caps
                  "--out", str(out), "--no-progress"])
     assert code == 2 and "unknown acquisition 'bold'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_warm_start_begins_where_the_last_round_ended(line, monkeypatch):
+    """Each warm round's fit is started (Pyro's init_to_value) at the last round's posterior mean; a cold one is
+    left to the method's own start."""
+    import pyro_bdl.workflows.active_learning as module
+
+    pool, _ = line
+    seen = []
+
+    def recording_fit(*args, **kwargs):
+        result = fit(*args, **kwargs)
+        init = kwargs.get("init_loc_fn")
+        start = None if init is None else init({"name": "w", "fn": None, "is_observed": False})
+        seen.append((start, result.posterior_mean("w")))
+        return result
+
+    fit = module.fit
+    monkeypatch.setattr(module, "fit", recording_fit)
+    settings = dict(initial=10, batch=10, rounds=2, progress=False, steps=300, lr=0.05, options={"noise": 0.3})
+    active_learning("blr", pool, "laplace", "random", warm_start=False, **settings)
+    assert [start for start, _ in seen] == [None, None, None]
+    seen.clear()
+    active_learning("blr", pool, "laplace", "random", warm_start=True, **settings)
+    assert seen[0][0] is None
+    for (start, _), (_, previous) in zip(seen[1:], seen[:-1]):
+        assert torch.allclose(start.double(), previous.double())
