@@ -187,3 +187,22 @@ def test_a_warm_start_begins_where_the_last_round_ended(line, monkeypatch):
     assert seen[0][0] is None
     for (start, _), (_, previous) in zip(seen[1:], seen[:-1]):
         assert torch.allclose(start.double(), previous.double())
+
+
+def _draw_methods(model: str) -> list[str]:
+    """The methods of ``model`` (from the registry) whose predictive has draws: those active learning scores with."""
+    spec = pyro_bdl.get_model(model)
+    return [name for name in spec.methods if spec.runs_as(name) == name and pyro_bdl.METHODS[name].family != "point"]
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if pyro_bdl.METHODS[m].family == "mcmc" else m
+                                    for m in _draw_methods("bnn-classifier")])  # a sampler on a net: minutes
+def test_every_method_with_draws_scores_the_pool(method):
+    """One BALD round with each method's quick settings: the pool is scored from its draws and a batch acquired."""
+    pool, test = digits_split()
+    small = Dataset("pool", pool.X[:60], pool.y[:60], pool.feature_names, pool.target_name)
+    with warnings.catch_warnings():  # quick settings: a short run is what is asked for
+        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
+        run = active_learning("bnn-classifier", small, method, "bald", initial=10, batch=5, rounds=1, progress=False,
+                              options={"hidden": (8,)}, **pyro_bdl.METHODS[method].quick)
+    assert run.history["labelled"].tolist() == [10, 15] and len(set(run.order.tolist())) == 15
