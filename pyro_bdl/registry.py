@@ -144,6 +144,10 @@ class PostFit:
     Attributes
     ----------
     exact_posterior : for conjugate models, ``(**data, **options) -> {site: (mean, sd)}``.
+    exact_evidence : for models whose evidence is closed-form, ``(**data, **options) -> float``: the log evidence
+        :math:`\\log p(y)` (natural log) of the data the model works in (read by
+        :func:`pyro_bdl.workflows.evidence.evidence`); a ``ValueError`` naming the problem for options without one
+        (``blr`` with an unknown noise).
     posterior : ``(samples, guide, data, options) -> (samples, params)``: the posterior draws the fit keeps, made
         from the method's draws (site -> (chains, draws, *shape)), its fitted guide (None for samplers), the data
         the model saw and the resolved options (sparse VD's pruned weights), and tensors to keep with the fit's
@@ -157,6 +161,7 @@ class PostFit:
     """
 
     exact_posterior: Callable | None = None
+    exact_evidence: Callable | None = None
     posterior: Callable | None = None
     report: Callable | None = None
     predict: Callable | None = None

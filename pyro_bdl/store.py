@@ -66,6 +66,15 @@ def _recorded(written: dict) -> dict:
     return {k: written[k] for k, kind in kinds.items() if isinstance(written.get(k), kind)}
 
 
+#: What a loaded fit keeps of its run's ``info`` (from ``metrics.json``): the numbers later questions read (the
+#: method's estimate of the log evidence, :func:`pyro_bdl.workflows.evidence.evidence`).
+KEPT_INFO = ("log_evidence",)
+
+
+def _kept_info(written: dict) -> dict:
+    return {k: float(written[k]) for k in KEPT_INFO if isinstance(written.get(k), (int, float))}
+
+
 def _arguments_record(result: FitResult) -> tuple[dict, dict]:
     """What a fit of a user's program stores of its arguments: ``({"names": key -> argument, "binding": ...,
     "values": numbers, text and None}, tensors)``; other values (a function) are named, to be given again."""
@@ -155,7 +164,7 @@ def load_fit(fit_dir: str | Path, model: Callable | None = None, data: dict | No
         record = FitRecord(attrs["model"], seed, options={}, **_recorded(written))
         bound, kwargs = _user_model(Path(fit_dir), model, json.loads(own), data)
         return FitResult(model=bound, data=kwargs, method=method, samples=samples, likelihood_sites=sites,
-                         record=record, params=params)
+                         record=record, params=params, info=_kept_info(written))
     if model is not None or data is not None:
         raise ValueError(f"{fit_dir} holds a fit of the zoo model '{attrs['model']}': load it without model= or data=")
     return _zoo_fit(Path(fit_dir), idata, attrs, written, params, method, samples, sites, options, seed)
@@ -249,5 +258,5 @@ def _zoo_fit(fit_dir, idata, attrs, written, params, method, samples, sites, opt
     return FitResult(
         standardizer=standardizer,
         model=model, data=data, method=method,
-        samples=samples, likelihood_sites=sites, record=record, spec=spec, params=params,
+        samples=samples, likelihood_sites=sites, record=record, spec=spec, params=params, info=_kept_info(written),
     )

@@ -131,7 +131,9 @@ def _register() -> None:
     register_method(Method(
         "importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
         run_importance, {"samples": 4000, "proposal": "laplace"}, requires=frozenset({"continuous", "low-dimensional"}),
-        resumable=False, quick={"samples": 200}))
+        resumable=False, quick={"samples": 200},
+        evidence="importance sampling: the mean of the unnormalised weights p(y, theta) / q(theta) (unbiased for "
+                 "p(y); its log's Monte Carlo sd about sqrt(1 / ESS - 1 / samples))"))
 
 
 _register()

@@ -11,9 +11,18 @@ site, logit for a probability),
 where :math:`\log p(y, u)` includes the log Jacobian of the transform.  For a Gaussian posterior (``blr``
 with known noise) :math:`q` is exact; for the coin it is a Gaussian in :math:`\operatorname{logit}\pi`,
 whose mode is :math:`\log(a / b)` and precision :math:`ab / (a + b)` for the posterior
-:math:`\mathrm{Beta}(a, b)`.  Pyro's :class:`~pyro.infer.autoguide.AutoLaplaceApproximation` does both steps
-(the mode by the zoo's optimiser loop, the Hessian by autograd); the draws come from its Gaussian.  The
-Hessian is dense, (d, d): the method suits low-dimensional models.
+:math:`\mathrm{Beta}(a, b)`.  The same Gaussian integral gives the Laplace estimate of the log evidence, recorded
+as ``info["log_evidence"]`` (:func:`pyro_bdl.workflows.evidence.evidence` reads it),
+
+.. math::
+
+    \log p(y) \approx \log p(y, \hat u) + \tfrac d2 \log 2\pi - \tfrac12 \log\det H ,
+
+exact for a Gaussian posterior at its mode (at a point :math:`u` off the mode by :math:`\delta` it is low by
+:math:`\delta^\top H \delta / 2`: only as good as the optimiser).  Pyro's
+:class:`~pyro.infer.autoguide.AutoLaplaceApproximation` does both steps (the mode by the zoo's optimiser loop, the
+Hessian by autograd); the draws come from its Gaussian.  The Hessian is dense, (d, d): the method suits
+low-dimensional models.
 
 Networks (``laplace-ggn``, a separate method: another curvature, other settings, another predictive) take the
 generalised Gauss-Newton matrix over their dense layers' weights instead (:mod:`pyro_bdl.inference.ggn`), as
@@ -39,6 +48,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoLaplaceApproximation, init_to_median
 
@@ -72,7 +82,24 @@ def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progr
                          "(the optimisation has not reached a mode, or the posterior has none): run more steps "
                          "(--steps) or use another method") from None
     draws = guide_draws(gaussian, data, latent_sites(model, data), samples)
-    return Draws(draws, losses=losses, guide=gaussian, info={"laplace_dimension": int(gaussian.loc.numel())})
+    info = {"laplace_dimension": int(gaussian.loc.numel()), "log_evidence": laplace_log_evidence(guide, gaussian, data)}
+    return Draws(draws, losses=losses, guide=gaussian, info=info)
+
+
+def laplace_log_evidence(guide: AutoLaplaceApproximation, gaussian, data: dict) -> float:
+    """The Laplace estimate of ``log p(y)``: ``log p(y, u*) + d/2 log(2 pi) - 1/2 log det H`` at the point
+    ``u*`` (d,) the ``guide`` holds (its mode), ``H`` the Hessian there, read from ``gaussian`` (its
+    :meth:`~pyro.infer.autoguide.AutoLaplaceApproximation.laplace_approximation`, covariance
+    ``diag(scale) L L^T diag(scale)`` = ``H^-1``).  ``log p(y, u)`` is the model's log density less the guide's
+    (Pyro's log Jacobian of each site's transform, as the Hessian was taken)."""
+    with torch.no_grad():
+        guide_trace = poutine.trace(guide).get_trace(**data)
+        model_trace = poutine.trace(poutine.replay(guide.model, trace=guide_trace)).get_trace(**data)
+        log_joint = model_trace.log_prob_sum().double() - guide_trace.log_prob_sum().double()
+        half_log_det_covariance = (gaussian.scale.double().log().sum()
+                                   + gaussian.scale_tril.double().diagonal().log().sum())
+    d = gaussian.loc.numel()
+    return float(log_joint + 0.5 * d * math.log(2 * math.pi) + half_log_det_covariance)
 
 
 #: Where a fit with the linearised predictive keeps the linearisation point among the parameters saved with it
@@ -136,7 +163,8 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     ``samples`` draws of the weights.  With ``predictive="glm"`` the fit predicts through the network linearised
     at the MAP (:func:`linearised_predictive`; the point is kept in ``params``), with ``"nn"`` through the
     network itself.  ``info`` reports the prior precision, the log marginal likelihood (in the units the model
-    works in), the dimension and the effective number of parameters tr(G Sigma)."""
+    works in; summed over the data, the noise's normalisation included; also as ``log_evidence``), the dimension
+    and the effective number of parameters tr(G Sigma)."""
     _check_choice("subset", subset, SUBSETS)
     _check_choice("predictive", predictive, PREDICTIVES)
     prior_precision = _prior_setting(prior_precision)
@@ -167,9 +195,10 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     draws = {name: (weights[name] if name in weights else value.expand((samples, *value.shape)).clone()).unsqueeze(0)
              for name, value in point.items()}
     covariance = posterior.covariance
+    log_z = log_marginal_likelihood(curvature, theta, prior_mean, precision)  # the sum over the data, noise included
     info = {"laplace_dimension": P,
             "laplace_prior_precision": float(precision[0]) if prior_precision != "model" else "model",
-            "laplace_log_marginal_likelihood": log_marginal_likelihood(curvature, theta, prior_mean, precision),
+            "laplace_log_marginal_likelihood": log_z, "log_evidence": log_z,
             "laplace_effective_parameters": float(P - (precision * covariance.diagonal()).sum())}
     params = {LINEARISED_AT + s: point[s] for s in layer_sites(layers)} if predictive == "glm" else {}
     return Draws(draws, losses=mode.losses, guide=posterior, info=info, params=params)
@@ -188,14 +217,19 @@ def _register() -> None:
         "laplace", "svi", "Laplace approximation: the mode, then a Gaussian with the inverse Hessian "
         "(unconstrained coordinates; AutoLaplaceApproximation)", run_laplace,
         {"steps": 2000, "lr": 0.02, "samples": 1000, **ADAM_SETTINGS},
-        requires=frozenset({"continuous", "low-dimensional"}), takes_init=True, quick={"steps": 500, "samples": 50}))
+        requires=frozenset({"continuous", "low-dimensional"}), takes_init=True, quick={"steps": 500, "samples": 50},
+        evidence="the Laplace approximation at the mode found (unconstrained coordinates): exact for a Gaussian "
+                 "posterior, to the optimiser's precision"))
     register_method(Method(
         "laplace-ggn", "svi", "networks: the MAP, then the GGN Laplace (full or last-layer, prior precision by the "
         "marginal likelihood) with the linearised predictive (Immer et al. 2021)", run_laplace_ggn,
         {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "marglik", "predictive": "glm",
          **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
-        quick={"steps": 100, "samples": 20}))
+        quick={"steps": 100, "samples": 20},
+        evidence="the GGN Laplace marginal likelihood of the weights of `subset` (MacKay's evidence of the network "
+                 "linearised at the MAP), the noise and any other layer held at their MAP values, under the prior "
+                 "precision in info['laplace_prior_precision'] (marglik: the one that maximises it)"))
 
 
 _register()

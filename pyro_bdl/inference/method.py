@@ -74,6 +74,9 @@ class Method:
     predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
         than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
         saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
+    evidence : for a method that estimates the log evidence ``log p(y)`` of the data it is given (natural
+        log, in the units the model works in) and records it as ``info["log_evidence"]``: what kind of estimate
+        it is, in words (read by :func:`pyro_bdl.workflows.evidence.evidence`).  None: it records none.
     """
 
     name: str
@@ -94,6 +97,7 @@ class Method:
     answers_for: str | None = None
     user_defaults: Mapping[str, Any] = field(default_factory=dict)
     user_init: Callable | None = None
+    evidence: str | None = None
 
     def __post_init__(self):
         unknown = sorted(set(self.user_defaults) - set(self.defaults))

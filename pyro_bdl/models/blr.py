@@ -15,7 +15,14 @@ With the noise :math:`\sigma` known the posterior is Gaussian in closed form.  W
     \mu_N = \Sigma_N \Phi^\top y / \sigma^2 .
 
 The MAP estimate equals :math:`\mu_N` (ridge regression with penalty
-:math:`\lambda = \sigma^2 / s^2`) and the MLE is least squares.
+:math:`\lambda = \sigma^2 / s^2`) and the MLE is least squares.  The evidence is Gaussian too,
+:math:`y \sim \mathcal N(0, \sigma^2 I + s^2 \Phi\Phi^\top)`; in the :math:`(d+1)`-dimensional form
+:func:`exact_log_evidence` computes,
+
+.. math::
+
+    \log p(y) = -\tfrac n2 \log(2\pi\sigma^2) - \tfrac{\lVert y - \Phi\mu_N\rVert^2}{2\sigma^2}
+    - \tfrac{\lVert\mu_N\rVert^2}{2 s^2} - (d + 1)\log s - \tfrac12 \log\det \Sigma_N^{-1} .
 
 Example
 -------
@@ -28,6 +35,8 @@ torch.Size([2])
 
 from __future__ import annotations
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -36,7 +45,7 @@ from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, register
 
-__all__ = ["blr", "exact_posterior", "posterior_moments", "least_squares"]
+__all__ = ["blr", "exact_posterior", "exact_log_evidence", "posterior_moments", "least_squares"]
 
 
 def _parse_noise(text: str):
@@ -61,8 +70,8 @@ def blr(X: torch.Tensor, y: torch.Tensor | None = None, prior_scale: float = 1.0
 def posterior_moments(X: torch.Tensor, y: torch.Tensor, prior_scale: float, noise: float):
     """Mean (d+1,) and covariance (d+1, d+1) of the exact posterior of theta = (w, b)."""
     X, y = X.double(), y.double()
-    phi = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype)], dim=1)
-    precision = phi.T @ phi / noise**2 + torch.eye(phi.shape[1], dtype=X.dtype) / prior_scale**2
+    phi = torch.cat([X, X.new_ones(X.shape[0], 1)], dim=1)
+    precision = phi.T @ phi / noise**2 + torch.eye(phi.shape[1], dtype=X.dtype, device=X.device) / prior_scale**2
     cov = torch.linalg.inv(precision)
     mean = cov @ phi.T @ y / noise**2
     return mean, cov
@@ -78,9 +87,31 @@ def exact_posterior(X, y, prior_scale: float = 1.0, noise: float | None = None) 
     return {"w": (mean[:d], sd[:d]), "b": (mean[d], sd[d])}
 
 
+def exact_log_evidence(X, y, prior_scale: float = 1.0, noise: float | None = None) -> float:
+    """``log p(y)`` (natural log) of ``y`` (n,) given ``X`` (n, d), in float64; needs a known ``noise``.
+
+    >>> X = torch.tensor([[0.0], [1.0]]); y = torch.tensor([0.5, -0.5])
+    >>> mvn = torch.distributions.MultivariateNormal(torch.zeros(2, dtype=torch.float64),
+    ...     0.25 * torch.eye(2, dtype=torch.float64) + torch.tensor([[1.0, 1.0], [1.0, 2.0]], dtype=torch.float64))
+    >>> round(exact_log_evidence(X, y, prior_scale=1.0, noise=0.5) - float(mvn.log_prob(y.double())), 10)
+    0.0
+    """
+    if noise is None:
+        raise ValueError("the blr evidence is closed-form only for a known noise (option noise=...); with sigma "
+                         "inferred, estimate it with a method that records one")
+    mean, cov = posterior_moments(X, y, prior_scale, noise)
+    X, y = X.double(), y.double()
+    phi = torch.cat([X, X.new_ones(X.shape[0], 1)], dim=1)
+    n, k = phi.shape
+    residual = y - phi @ mean
+    log_det_precision = -torch.linalg.slogdet(cov)[1]
+    return (-0.5 * n * math.log(2 * math.pi * noise**2) - 0.5 * float(residual @ residual) / noise**2
+            - 0.5 * float(mean @ mean) / prior_scale**2 - k * math.log(prior_scale) - 0.5 * float(log_det_precision))
+
+
 def least_squares(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The MLE of theta = (w, b): ordinary least squares, shape (d+1,)."""
-    phi = torch.cat([X.double(), torch.ones(X.shape[0], 1, dtype=torch.float64)], dim=1)
+    phi = torch.cat([X.double(), X.new_ones(X.shape[0], 1, dtype=torch.float64)], dim=1)
     return torch.linalg.lstsq(phi, y.double().unsqueeze(-1)).solution.squeeze(-1)
 
 
@@ -103,6 +134,7 @@ SPEC = register(
         ),
         hooks=PostFit(
             exact_posterior=exact_posterior,
+            exact_evidence=exact_log_evidence,
         ),
     )
 )

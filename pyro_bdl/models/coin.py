@@ -11,7 +11,9 @@ Conjugacy gives the posterior :math:`\pi \mid y \sim \mathrm{Beta}(\alpha + k, \
 
     p(y_{n+1} = 1 \mid y) = \frac{\alpha + k}{\alpha + \beta + n},
 
-which for the uniform prior is Laplace's rule of succession :math:`(k + 1) / (n + 2)`.
+which for the uniform prior is Laplace's rule of succession :math:`(k + 1) / (n + 2)`.  The evidence of the
+sequence of tosses is :math:`\log p(y) = \log B(\alpha + k, \beta + n - k) - \log B(\alpha, \beta)`
+(:func:`exact_log_evidence`).
 The MLE is the sample mean :math:`k / n` and the MAP the mode
 :math:`(\alpha + k - 1) / (\alpha + \beta + n - 2)`.
 
@@ -26,6 +28,7 @@ Example
 from __future__ import annotations
 
 import functools
+import math
 
 import pyro
 import pyro.distributions as dist
@@ -36,7 +39,7 @@ from pyro_bdl.data.table import check_binary
 from pyro_bdl.inference import Domain
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
 
-__all__ = ["coin", "beta_guide", "exact_posterior", "posterior_beta", "next_toss_probability"]
+__all__ = ["coin", "beta_guide", "exact_posterior", "exact_log_evidence", "posterior_beta", "next_toss_probability"]
 
 
 def coin(y: torch.Tensor | None = None, n: int | None = None, alpha: float = 1.0, beta: float = 1.0):
@@ -70,6 +73,21 @@ def exact_posterior(y, n=None, alpha: float = 1.0, beta: float = 1.0) -> dict:
     """``{"pi": (mean, sd)}`` of the exact posterior."""
     post = posterior_beta(y, alpha, beta)
     return {"pi": (post.mean, post.variance.sqrt())}
+
+
+def exact_log_evidence(y, n=None, alpha: float = 1.0, beta: float = 1.0) -> float:
+    """``log p(y)`` (natural log) of the tosses ``y`` (n,), in the order they came:
+    ``log B(alpha + k, beta + n - k) - log B(alpha, beta)``.
+
+    >>> round(math.exp(exact_log_evidence(torch.tensor([1.0, 0.0]))), 10)   # uniform prior: 1! 1! / 3!
+    0.1666666667
+    """
+    k, n = float(y.sum()), float(y.numel())
+    return _log_beta(alpha + k, beta + n - k) - _log_beta(alpha, beta)
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 
 
 def next_toss_probability(y: torch.Tensor, alpha: float = 1.0, beta: float = 1.0) -> float:
@@ -121,6 +139,7 @@ SPEC = register(
         ),
         hooks=PostFit(
             exact_posterior=exact_posterior,
+            exact_evidence=exact_log_evidence,
             report=_report,
         ),
     )
