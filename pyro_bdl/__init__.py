@@ -28,6 +28,10 @@ from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.data.checks import DataWarning
 from pyro_bdl.storage.paths import FitDirectoryError, OutputPathError
 
+from pyro_bdl.workflows.evidence import evidence
+from pyro_bdl.workflows.sbc import sbc
+from pyro_bdl.workflows.active_learning import active_learning
+
 from pyro_bdl import models  # noqa: E402,F401  (last: the zoo registers itself with the engine above)
 
 __version__ = "0.1.0"
@@ -50,5 +54,8 @@ __all__ = [
     "load_csv",
     "compare_methods",
     "compare_loo",
+    "evidence",
     "ConvergenceWarning",
+    "sbc",
+    "active_learning",
 ]

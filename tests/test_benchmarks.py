@@ -434,7 +434,8 @@ def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
 def test_sbc_quick_run_writes_its_table_and_figures(tmp_path):
     """benchmarks/sbc.py on every case, 2 replications of short fits, L = 9: a row per case and site entry in
     sbc.md and a figure per case."""
-    out = run_script("benchmarks/sbc.py", "--quick", "--n", "2", "--draws", "9", "--out", str(tmp_path), cwd=tmp_path)
+    out = run_script("benchmarks/sbc.py", "--quick", "--n", "2", "--draws", "9", "--out", str(tmp_path),
+                     "--checkpoints", str(tmp_path / "kept"), cwd=tmp_path)
     text = (tmp_path / "sbc.md").read_text()
     assert "machine: " in text and "CPU cores" in text and "total wall time" in text, text
     for case, entry in [("blr", "w[1]"), ("coin", "pi"), ("eight_schools", "eta[7]"), ("svi_correlated", "b"),
@@ -443,6 +444,7 @@ def test_sbc_quick_run_writes_its_table_and_figures(tmp_path):
         assert (tmp_path / f"sbc_{case}.png").stat().st_size > 0
     assert "| eight_schools | " in text and " | theta" not in text  # the deterministic site is not ranked
     assert "wrote " in out
+    assert len((tmp_path / "kept" / "sbc_coin.jsonl").read_text().splitlines()) == 3  # a header and 2 replications
 
 
 def test_active_learning_benchmark_writes_its_table_and_curves(tmp_path):

@@ -11,6 +11,7 @@ import pyro_bdl
 
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
+    "pyro_bdl.posterior.acquisition", "pyro_bdl.workflows.active_learning",
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data.table", "pyro_bdl.fit", "pyro_bdl.result",
     "pyro_bdl.posterior.diagnostics", "pyro_bdl.storage.checkpoint", "pyro_bdl.data.embedded", "pyro_bdl.models.bnn", "pyro_bdl.posterior.evaluation",
     "pyro_bdl.posterior.uncertainty", "pyro_bdl.studies.gradient_variance", "pyro_bdl.inference.guides",
@@ -29,6 +30,8 @@ DOCUMENTED = [
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
     "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift",
+    "pyro_bdl.workflows.sbc",
+    "pyro_bdl.workflows.evidence",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
