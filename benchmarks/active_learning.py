@@ -100,6 +100,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=1000, help="mc-dropout optimisation steps per round's fit")
     parser.add_argument("--p", type=float, default=0.25, help="dropout rate (Gal et al.: 0.25 and 0.5 in their CNN)")
     parser.add_argument("--samples", type=int, default=50, help="dropout draws that score the pool")
+    parser.add_argument("--batch-mode", default="top", choices=["top", "stochastic"],
+                        help="top (Gal et al.'s) or stochastic batches")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -108,7 +110,7 @@ def main(argv=None) -> None:
               f"Command: `python benchmarks/active_learning.py {' '.join(sys.argv[1:] if argv is None else argv)}`  ",
               f"Date: {date.today()}; machine: {platform.machine()}, {os.cpu_count()} CPU cores; "
               f"mc-dropout p={args.p}, {args.steps} steps per fit, {args.samples} dropout draws; 20 initial labels "
-              f"(balanced over the classes), 10 acquired per round, every round's fit from scratch; "
+              f"(balanced over the classes), 10 acquired per round ({args.batch_mode} batches), every round's fit from scratch; "
               f"{args.seeds} seeds.", "", PAPER, ""]
     for case, (model, pool, test, acquisitions) in cases(args).items():
         start = time.perf_counter()
@@ -117,7 +119,8 @@ def main(argv=None) -> None:
             warnings.simplefilter("ignore")
             history = compare_acquisitions(
                 model, pool, "mc-dropout", acquisitions, seeds=range(args.seeds), test=test, initial=20, batch=10,
-                rounds=rounds, progress=False, checkpoint=out / f".al-{case}-{{acquisition}}-{{seed}}.json",
+                rounds=rounds, batch_mode=args.batch_mode, progress=False,
+                checkpoint=out / f".al-{case}-{{acquisition}}-{{seed}}.json",
                 steps=args.steps, p=args.p, samples=args.samples)
         seconds = time.perf_counter() - start
         history.to_csv(out / f"active_learning_{case}.csv", index=False)
