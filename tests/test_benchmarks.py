@@ -459,3 +459,17 @@ def test_active_learning_benchmark_writes_its_table_and_curves(tmp_path):
     assert "| bald |" in table and "| entropy |" in table and "| variance |" in table, out
     assert (tmp_path / "res" / "active_learning_digits.png").stat().st_size > 1000
     assert not list((tmp_path / "res").glob(".al-*"))  # the runs' checkpoints are gone once they end
+
+
+def test_laplace_calibration_quick_run_writes_its_table_and_diagnosis(tmp_path):
+    """benchmarks/laplace_calibration.py on iris with quick settings: a row per method with the calibrated model's
+    ECE quantile, the tallies, rows merged across runs, and the diagnosis section."""
+    out = run_script("benchmarks/laplace_calibration.py", "--quick", "--sets", "iris", "--methods", "laplace-ggn", "map",
+                     "--reps", "20", "--out", str(tmp_path), cwd=tmp_path)
+    assert "iris laplace-ggn: accuracy" in out and "wrote " in out, out
+    run_script("benchmarks/laplace_calibration.py", "--quick", "--diagnose", "iris", "--out", str(tmp_path), cwd=tmp_path)
+    text = (tmp_path / "laplace_calibration.md").read_text()
+    assert "| calibrated ECE q95 |" in text and "| iris | 112 / 38 | 3 | 0 | `laplace-ggn` (quick) |" in text, text
+    assert "| iris | 112 / 38 | 3 | 0 | `map` (quick) |" in text, text  # kept when the diagnosis run rewrote the file
+    assert "- `laplace-ggn`: ECE within the calibrated model's 95% quantile in" in text, text
+    assert "## Diagnosis" in text and "the marginal likelihood's prior precision delta = " in text, text

@@ -31,7 +31,9 @@ For a scalar prior :math:`\delta`, with the eigenvalues :math:`g_j` of :math:`G`
 where :math:`\sum_j g_j / (\delta (g_j + \delta)) = \lVert\theta_* - \mu_0\rVert^2` (one root:
 :func:`marglik_precision`).  :class:`LinearisedNetwork` answers a model's ``dense`` layers with
 :math:`f_\mathrm{lin}` (forward-mode differentiation through the network), so a posterior draw of the
-weights predicts through the linearised network wherever the model is run on it.
+weights predicts through the linearised network wherever the model is run on it.  :func:`linearisations` gives
+the network's outputs and Jacobians on any rows of the data, chunk by chunk, and :class:`OnRows` runs a model on
+some rows of its data alone (what ``laplace-ggn`` needs to score a prior precision on held-out rows).
 
 Example
 -------
@@ -65,8 +67,8 @@ from pyro.poutine.util import site_is_subsample
 
 from pyro_bdl.inference.base import observed_sites
 
-__all__ = ["dense_layers", "layer_sites", "LinearisedNetwork", "Curvature", "ggn", "log_marginal_likelihood",
-           "marglik_precision", "model_prior"]
+__all__ = ["dense_layers", "layer_sites", "LinearisedNetwork", "Curvature", "Linearisation", "ggn", "linearisations",
+           "data_rows", "OnRows", "log_marginal_likelihood", "marglik_precision", "model_prior"]
 
 #: Rows of data per Jacobian evaluation, as this many network outputs (rows x outputs per row): bounds the
 #: memory of one batched backward pass.
@@ -149,6 +151,22 @@ class LinearisedNetwork(Messenger):
         msg["value"], msg["done"] = out, True
 
 
+class OnRows(Messenger):
+    """Run a model on the rows ``rows`` (m,) of its subsampled data ``plate`` (of ``size`` rows) alone, each row's
+    likelihood weighing one: the plate's subsample indices are fixed to ``rows``, and Pyro's subsample scale
+    ``size / m`` is undone for the sites inside the plate (the model is then the model of those m rows)."""
+
+    def __init__(self, plate: str, rows: torch.Tensor, size: int):
+        super().__init__()
+        self.plate, self.rows, self.factor = plate, rows, len(rows) / size
+
+    def _pyro_sample(self, msg) -> None:
+        if msg["name"] == self.plate:
+            msg["value"], msg["is_observed"] = self.rows, True
+        elif any(frame.name == self.plate for frame in msg["cond_indep_stack"]):
+            msg["scale"] = msg["scale"] * self.factor
+
+
 def _output(fn) -> tuple[torch.Tensor, str]:
     """The network output a likelihood reads, (rows, k), and its kind (``"normal"``, ``"categorical"``)."""
     while isinstance(fn, (dist.Independent, dist.MaskedDistribution)):
@@ -172,11 +190,38 @@ class Curvature:
     matrix : (P, P) float64, :math:`\\sum_i J_i^\\top \\Lambda_i J_i` over the sites in order, each flattened.
     log_likelihood : :math:`\\log p(y \\mid \\theta_*)`, summed over the data.
     outputs : the number of data rows.
+    likelihood : ``"normal"`` or ``"categorical"``.
     """
 
     matrix: torch.Tensor
     log_likelihood: float
     outputs: int
+    likelihood: str = "normal"
+
+
+@dataclass
+class Linearisation:
+    """The network at :math:`\\theta_*` on a chunk of ``c`` data rows (:func:`linearisations`).
+
+    Attributes
+    ----------
+    rows : (c,) the rows' indices.
+    outputs : (c, k) :math:`f(x_i; \\theta_*)` (a Normal's mean, a Categorical's normalised logits).
+    jacobian : (c, k, P) :math:`J_i` over the sites in order.
+    weights : the likelihood's curvature weights: the variance :math:`\\sigma^2` (c,) of a Normal, the probabilities
+        (c, k) of a Categorical.
+    likelihood : ``"normal"`` or ``"categorical"``.
+    observed : (c, k) of a Normal, (c,) class labels of a Categorical: the rows' observed values.
+    log_likelihood : :math:`\\sum_i \\log p(y_i \\mid \\theta_*)` over the chunk.
+    """
+
+    rows: torch.Tensor
+    outputs: torch.Tensor
+    jacobian: torch.Tensor
+    weights: torch.Tensor
+    likelihood: str
+    observed: torch.Tensor
+    log_likelihood: float
 
 
 def _rows(trace, site: str):
@@ -188,40 +233,66 @@ def _rows(trace, site: str):
     return None
 
 
-def ggn(model, data: dict, point: dict, sites: list[str], site: str | None = None) -> Curvature:
+def ggn(model, data: dict, point: dict, sites: list[str], site: str | None = None,
+        rows: torch.Tensor | None = None) -> Curvature:
     r""":math:`G = \sum_i J_i^\top \Lambda_i J_i` with respect to ``sites`` (in that order, each flattened) at
     ``point`` (every latent site's value: the sites' and the others', which stay fixed), for the likelihood at
-    ``site`` (default: the model's one observed site).
+    ``site`` (default: the model's one observed site), summed over the data's ``rows`` (default: all) as
+    :func:`linearisations` gives them.
+    """
+    P = sum(point[s].numel() for s in sites)
+    G, log_likelihood, n, kind = None, 0.0, 0, "normal"
+    for chunk in linearisations(model, data, point, sites, site, rows):
+        J, kind = chunk.jacobian.double(), chunk.likelihood
+        G = torch.zeros(P, P, dtype=torch.float64, device=J.device) if G is None else G
+        if kind == "normal":  # Lambda_i = 1 / sigma_i^2
+            A = (J * chunk.weights.double().rsqrt()[:, None, None]).reshape(-1, P)
+            G += A.T @ A
+        else:  # Lambda_i = diag(p_i) - p_i p_i^T
+            p = chunk.weights.double()
+            A = (J * p.sqrt()[..., None]).reshape(-1, P)
+            v = torch.einsum("ck,ckp->cp", p, J)
+            G += A.T @ A - v.T @ v
+        log_likelihood += chunk.log_likelihood
+        n += len(chunk.rows)
+    return Curvature((G + G.T) / 2, log_likelihood, n, kind)
+
+
+def data_rows(model, data: dict, site: str | None = None) -> tuple[str | None, torch.Tensor]:
+    """The data plate around the likelihood ``site`` (default: the model's one observed site) that the model
+    subsamples through its indices (None for a model that does not), and the observed values there (n, ...)."""
+    site = site or _single_observed(model, data)
+    with torch.no_grad(), poutine.block():
+        trace = poutine.trace(model).get_trace(**data)
+    plate = _rows(trace, site)
+    return (None if plate is None else plate[0]), trace.nodes[site]["value"]
+
+
+def linearisations(model, data: dict, point: dict, sites: list[str], site: str | None = None,
+                   rows: torch.Tensor | None = None):
+    """The network at ``point`` on the data's ``rows`` (default: all), chunk by chunk: :class:`Linearisation` s.
 
     The Jacobians come from reverse-mode differentiation, batched over the outputs of a chunk of rows
     (:data:`OUTPUTS_PER_CHUNK`): the chunk is chosen by conditioning the data plate's subsample indices, for a
-    model that indexes its data with them (the zoo's networks); any other model is run on all rows at once.
+    model that indexes its data with them (the zoo's networks); any other model is run on all rows at once
+    (and cannot be given ``rows``).
     """
     site = site or _single_observed(model, data)
     fixed = {k: v.detach() for k, v in point.items()}
     with torch.no_grad():
         full = poutine.trace(poutine.condition(model, data=fixed)).get_trace(**data)
-    node = full.nodes[site]
-    log_likelihood = float(node["fn"].log_prob(node["value"]).sum())
-    out, _ = _output(node["fn"])
+    out, _ = _output(full.nodes[site]["fn"])
     n, k = out.shape
     plate = _rows(full, site)
+    if rows is not None and plate is None:
+        raise ValueError(f"the model does not index the rows of its likelihood '{site}' by a subsampled plate: "
+                         "its rows cannot be taken apart")
+    chosen = rows is not None
+    rows = torch.arange(n, device=out.device) if rows is None else rows.to(out.device)
     chunk = max(1, OUTPUTS_PER_CHUNK // k) if plate is not None else n
-    P = sum(point[s].numel() for s in sites)
-    G = torch.zeros(P, P, dtype=torch.float64, device=out.device)
-    for start in range(0, n, chunk):
-        index = torch.arange(start, min(start + chunk, n), device=out.device)
-        J, weights, kind = _jacobian(model, data, fixed, sites, site, plate[0] if chunk < n else None, index)
-        J = J.double()
-        if kind == "normal":  # Lambda_i = 1 / sigma_i^2
-            A = (J * weights.double().rsqrt()[:, None, None]).reshape(-1, P)
-            G += A.T @ A
-        else:  # Lambda_i = diag(p_i) - p_i p_i^T
-            p = weights.double()
-            A = (J * p.sqrt()[..., None]).reshape(-1, P)
-            v = torch.einsum("ck,ckp->cp", p, J)
-            G += A.T @ A - v.T @ v
-    return Curvature((G + G.T) / 2, log_likelihood, n)
+    for start in range(0, len(rows), chunk):
+        index = rows[start:start + chunk]
+        yield _jacobian(model, data, fixed, sites, site, plate[0] if chosen or len(index) < n else None, index)
 
 
 def _single_observed(model, data) -> str:
@@ -231,9 +302,8 @@ def _single_observed(model, data) -> str:
     return sites[0]
 
 
-def _jacobian(model, data, fixed, sites, site, plate, index):
-    """J (rows, k, P) for the rows ``index`` (all rows when ``plate`` is None), and the likelihood's curvature
-    weights there: the variance sigma^2 (rows,) of a Normal, the probabilities (rows, k) of a Categorical."""
+def _jacobian(model, data, fixed, sites, site, plate, index) -> Linearisation:
+    """The :class:`Linearisation` of the rows ``index`` (all rows when ``plate`` is None)."""
     leaves = [fixed[s].clone().requires_grad_(True) for s in sites]
     conditioned = {**fixed, **dict(zip(sites, leaves))}
     if plate is not None:
@@ -247,16 +317,19 @@ def _jacobian(model, data, fixed, sites, site, plate, index):
             raise ValueError(f"the model did not take the rows of plate '{plate}' it was given")
         eye = torch.eye(rows * k, dtype=out.dtype, device=out.device).reshape(rows * k, rows, k)
         grads = torch.autograd.grad(out, leaves, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
-    J = torch.cat([torch.zeros(rows * k, leaf.numel()) if g is None else g.reshape(rows * k, -1)
-                   for g, leaf in zip(grads, leaves)], 1).reshape(rows, k, -1)
+    J = torch.cat([torch.zeros(rows * k, leaf.numel(), dtype=out.dtype, device=out.device) if g is None
+                   else g.reshape(rows * k, -1) for g, leaf in zip(grads, leaves)], 1).reshape(rows, k, -1)
     base = fn
     while isinstance(base, (dist.Independent, dist.MaskedDistribution)):
         base = base.base_dist
+    value = trace.nodes[site]["value"].detach()
     if kind == "normal":
         weights = (base.scale.detach() ** 2).expand(base.loc.shape).reshape(rows)
+        value = value.reshape(rows, k)
     else:
         weights = base.probs.detach()
-    return J, weights, kind
+    log_likelihood = float(fn.log_prob(trace.nodes[site]["value"]).detach().sum())
+    return Linearisation(index, out.detach(), J, weights, kind, value, log_likelihood)
 
 
 def model_prior(model, data: dict, point: dict, sites: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
