@@ -33,8 +33,8 @@ MAP (``predictive=glm``, declared as the method's ``predictive_model``; ``nn``: 
 :math:`\delta` (``prior_precision=auto``) is, for a classifier, the one whose linearised predictive best predicts
 rows held out of a second MAP (``validation``, a fifth of the rows, laplace-torch's gridsearch: the marginal
 likelihood's maximum leaves the predictive far too wide, because saturated training probabilities give the GGN
-almost no curvature and most directions keep the prior's variance: digits' ECE 0.49 at accuracy 0.95,
-benchmarks/results/laplace_calibration.md), and for regression the maximum of the Laplace marginal likelihood
+almost no curvature and most directions keep the prior's variance; benchmarks/RESULTS.md, "laplace-ggn"), and for
+regression the maximum of the Laplace marginal likelihood
 (``marglik``); or ``model``: the model's own Normal prior; or a number.
 
 Example
@@ -202,9 +202,8 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     P = len(theta)
     choice = prior_precision
     if choice == "auto":
-        # A classifier's marginal-likelihood scalar leaves the predictive far too wide (digits: ECE 0.49 at accuracy
-        # 0.95; ECE beyond a calibrated model's 95% quantile in 11 of 15 runs on 8 sets), held-out rows calibrate it
-        # (2 of 15 beyond): benchmarks/results/laplace_calibration.md.  Regression keeps marglik (the sine-gap results).
+        # a classifier's marginal-likelihood scalar leaves the predictive far too wide; held-out rows calibrate it
+        # (benchmarks/results/laplace_calibration.md).  Regression keeps marglik (the sine-gap results rest on it).
         choice = "validation" if curvature.likelihood == "categorical" else "marglik"
     map_settings = dict(steps=steps, lr=lr, progress=progress, init_loc_fn=init_loc_fn, **adam)
     prior_mean, precision, chosen = _prior(choice, model, data, point, sites, curvature, theta, validation,
