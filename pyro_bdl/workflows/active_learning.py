@@ -33,7 +33,6 @@ Example
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import warnings
@@ -57,6 +56,7 @@ from pyro_bdl.inference import METHODS
 from pyro_bdl.posterior.acquisition import ACQUISITIONS, BATCH_MODES, CLASSIFICATION, REGRESSION, pick_batch, score
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import ModelSpec, get_model
+from pyro_bdl.storage.checkpoint import fingerprint
 from pyro_bdl.storage.files import atomic_write_text
 
 __all__ = ["active_learning", "compare_acquisitions", "ActiveLearningResult", "labels_to_reach",
@@ -133,7 +133,8 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
     _check_acquisition(acquisition, spec)
     _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds)
     rng = np.random.default_rng(seed)
-    state = _State.resume(checkpoint, _fingerprint(spec or model, pool, inference, acquisition, initial, batch,
+    first = int(initial) if isinstance(initial, (int, np.integer)) else [int(i) for i in initial]
+    state = _State.resume(checkpoint, _fingerprint(spec or model, pool, inference, acquisition, first, batch,
                                                    rounds, batch_mode, warm_start, seed, options, settings))
     if not state.order:
         first = _initial_rows(pool, initial, balanced and _classifier(spec), rng)
@@ -356,8 +357,7 @@ def _acquire(result, pool: Dataset, state, acquisition: str, batch: int, mode: s
 def _fingerprint(model, pool: Dataset, *settings) -> str:
     """What a checkpoint must match to be resumed: the model, the pool's inputs and every setting."""
     name = model.name if isinstance(model, ModelSpec) else getattr(model, "__qualname__", "model")
-    digest = hashlib.sha256(pool.X.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
-    return hashlib.sha256(json.dumps([name, digest, *settings], default=str, sort_keys=True).encode()).hexdigest()
+    return fingerprint(model=name, pool=pool.X, settings=list(settings))
 
 
 @dataclass
