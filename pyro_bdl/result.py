@@ -216,6 +216,8 @@ class FitResult:
         target, if any, is left out (it is what is predicted)."""
         spec = self.spec
         if spec is None:  # a user's program: its data in any form the fit took (dict, tuple, tensor, DataFrame)
+            if isinstance(new_data, Dataset):  # as fit binds one (its model_kwargs), the target left out
+                new_data = {k: v for k, v in new_data.model_kwargs().items() if k != "y"}
             return bind_arguments(self.model, new_data)[1]
         if isinstance(new_data, dict):
             return as_model_kwargs(new_data)

@@ -206,3 +206,22 @@ def test_every_method_with_draws_scores_the_pool(method):
         run = active_learning("bnn-classifier", small, method, "bald", initial=10, batch=5, rounds=1, progress=False,
                               options={"hidden": (8,)}, **pyro_bdl.METHODS[method].quick)
     assert run.history["labelled"].tolist() == [10, 15] and len(set(run.order.tolist())) == 15
+
+
+def test_a_users_own_program_over_x_and_y(line):
+    """A Pyro program of one's own, taking X and y, goes through the loop: fitted on the labelled rows, judged on
+    the test rows and scored on the pool by the same predictive (a Dataset bound as fit binds it)."""
+    import pyro
+    import pyro.distributions as dist
+
+    def own_line(X, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 2.0))
+        b = pyro.sample("b", dist.Normal(0.0, 2.0))
+        with pyro.plate("data", X.shape[0]):
+            return pyro.sample("y", dist.Normal(X[:, 0] * w + b, 0.3), obs=y)
+
+    pool, test = line
+    run = active_learning(own_line, pool, "importance", "variance", test=test, initial=4, batch=2, rounds=2,
+                          progress=False, samples=300)
+    assert run.history["labelled"].tolist() == [4, 6, 8] and run.history["rmse"].iloc[-1] < 0.45
+    assert pool.X[torch.as_tensor(run.order[4:]), 0].abs().min() > 0.8  # a line's variance is largest at its ends
