@@ -7,7 +7,8 @@ tiny folder made in the test)::
         --datasets yacht concrete --splits 0 1 2 --methods svi mc-dropout ensemble
 
 Every fit is ``pyro_bdl.fit("bnn-regressor", train, inference=METHOD, seed=0)`` with no options and
-no settings (the defaults of ``pyro-bdl describe bnn-regressor``), the protocol of
+no settings but those a ``--methods`` entry names (``mc-dropout:mask=weight``: :func:`method_spec`; else the
+defaults of ``pyro-bdl describe bnn-regressor``), the protocol of
 :func:`pyro_bdl.data.uci.load_uci` (standardised on the training split) and
 :func:`pyro_bdl.posterior.evaluation.evaluate_fit` (RMSE and mean test log-likelihood per point, original units).
 One line per fit, then per data set and method the mean +- standard error over the splits, next to
@@ -38,6 +39,16 @@ PUBLISHED = {
 }
 
 
+def method_spec(spec: str) -> tuple[str, dict]:
+    """A ``--methods`` entry: ``"mc-dropout:mask=weight"`` -> ``("mc-dropout", {"mask": "weight"})``, the settings
+    as text (read by :func:`pyro_bdl.fit` as the CLI's ``--set`` is); a bare name has none."""
+    name, _, rest = spec.partition(":")
+    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv]
+    if any(len(kv) != 2 for kv in pairs):
+        raise ValueError(f"method spec {spec!r}: settings are KEY=VALUE pairs after ':', separated by ','")
+    return name, dict(pairs)
+
+
 def run(root: str, datasets, splits, methods, progress: bool = False) -> dict:
     """``{(dataset, method): [(rmse, test_ll, seconds), ...]}`` over the splits."""
     results = {}
@@ -49,12 +60,17 @@ def run(root: str, datasets, splits, methods, progress: bool = False) -> dict:
                 start = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    fit = pyro_bdl.fit("bnn-regressor", train, inference=method, seed=0, progress=progress)
+                    inference, settings = method_spec(method)
+                    fit = pyro_bdl.fit("bnn-regressor", train, inference=inference, seed=0, progress=progress,
+                                       **settings)
                 metrics = evaluate_fit(fit, test)
                 seconds = time.perf_counter() - start
                 rows.append((metrics["rmse"], metrics["test_ll"], seconds))
                 print(f"{name:>10} split {split:2d} {method:>10}: RMSE {metrics['rmse']:.3f}  "
                       f"LL {metrics['test_ll']:.3f}  ({seconds:.0f} s)", flush=True)
+                if isinstance(fit.info.get("dropout_p"), dict):  # rates learned per layer
+                    print(f"{name:>10} split={split} {method}: learned dropout p "
+                          + ", ".join(f"{k} {v:.4f}" for k, v in fit.info["dropout_p"].items()), flush=True)
             results[(name, method)] = rows
     return results
 

@@ -22,12 +22,12 @@ Example
 
 from __future__ import annotations
 
-from pyro_bdl.inference import svi, amortised, dropout, ensemble, importance, laplace, mcmc  # noqa: I001 (table order)
+from pyro_bdl.inference import svi, amortised, dropout, concrete_dropout, ensemble, importance, laplace, mcmc  # noqa: I001 (table order)
 from pyro_bdl.inference.base import Draws, RunContext, as_flag, latent_sites, model_params, observed_sites
 from pyro_bdl.inference.method import METHODS, SETTING_DOMAINS, Domain, Method, get_method, register_method
 
 #: The modules that declare methods, in the order ``pyro-bdl list`` shows them.
-METHOD_MODULES = (svi, amortised, dropout, ensemble, importance, laplace, mcmc)
+METHOD_MODULES = (svi, amortised, dropout, concrete_dropout, ensemble, importance, laplace, mcmc)
 
 __all__ = ["Method", "METHODS", "METHOD_MODULES", "register_method", "get_method", "Domain", "SETTING_DOMAINS",
            "Draws", "RunContext", "as_flag", "latent_sites", "observed_sites", "model_params"]

@@ -99,9 +99,9 @@ def network_data(classifier: bool = False) -> DataContract:
     return DataContract(task=Task.REGRESSION, standardize=True, check=check_has_features)
 
 
-#: What every network model chooses for inference: the BBB guide and its compiled path, the random start, and MC
-#: dropout's sites.
+#: What every network model chooses for inference: the BBB guide and its compiled path, the random start, and the
+#: sites MC dropout and concrete dropout drop (the hidden layers' weights).
 NETWORK_INFERENCE = InferenceChoices(
     traits=frozenset({"continuous", "network"}), guides={"bbb": bbb_guide},
     default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults=BBB_SETTINGS, init_loc_fn=init_network,
-    method_kwargs={"mc-dropout": {"dropout_sites": hidden_weight}})
+    method_kwargs={"mc-dropout": {"dropout_sites": hidden_weight}, "concrete-dropout": {"dropout_sites": hidden_weight}})
