@@ -19,16 +19,28 @@ Tables (markdown, to paste into benchmarks/RESULTS.md):
    variation between q(z | x) and the exact p(z | x, y), and the relaxed objective's bias at its final temperature;
 3. harder inputs, deeper z (seed 0): the exact posterior mean depth E[z | x, y] and the ``mode`` rule's blocks on
    clean and noisy test images (a model trained on clean ones) and on its correct and misclassified rows; the
-   figure ``adaptive_depth.png`` (the posterior over z of a few noisy images and the histograms of chosen depths).
+   figure ``adaptive_depth.png`` (the posterior over z of a few noisy images and the histograms of chosen depths);
+4. the model at its defaults from the command line (``cli``, over ``--seeds`` seeds, digits and MNIST): ``pyro-bdl
+   fit adaptive-depth-resnet --data train.npz`` then ``pyro-bdl predict`` on the clean test images and on noisy
+   copies at every ``--noise-levels`` sd: held-out accuracy against the full-depth net, mean blocks run on clean,
+   noisy and misclassified images; written to ``--results`` (markdown).
 
     python benchmarks/adaptive_depth.py            # minutes, one thread
     python benchmarks/adaptive_depth.py --quick    # a smoke run (seconds)
+    python benchmarks/adaptive_depth.py --only-cli --seeds 3    # table 4 alone
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -37,6 +49,9 @@ from pathlib import Path
 MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist-t10k"
 #: The threshold rule's confidence levels in table 1.
 THRESHOLDS = (0.9, 0.99, 0.9999)
+#: The repository root (the command-line runs import pyro_bdl from it) and table 4's default file.
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "adaptive_depth.md"
 
 import numpy as np
 import pyro
@@ -313,6 +328,87 @@ def table_estimators(train, test, args):
     return lines, relaxed_elbo, discrete_elbo
 
 
+def cli(*argv: str) -> None:
+    """Run ``pyro-bdl *argv`` in a new process (one torch thread), from this checkout's sources."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "pyro_bdl.cli", *argv], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"pyro-bdl {' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+
+
+def cli_seed(name, seed, args, folder: Path) -> dict:
+    """One seed of table 4: fit from the command line at the model's defaults, predict clean and noisy test rows."""
+    import pandas as pd
+
+    train, test = data_sets(name, seed, args)
+    np.savez(folder / "train.npz", x=train.X.numpy(), y=train.y.numpy().astype(np.int64))
+    sets = {"clean": test.X} | {f"noise {sd:g}": noisy(test, sd, seed=1000 + seed).X for sd in args.noise_levels}
+    np.savez(folder / "test.npz", x=torch.cat(list(sets.values())).numpy())
+    extra = [] if args.cli_flags is None else args.cli_flags
+    cli("fit", "adaptive-depth-resnet", "--data", str(folder / "train.npz"), "--test-fraction", "0", "--seed", str(seed),
+        "--out", str(folder / "fit"), "--no-progress", "--threads", "1", "--force", *extra)
+    cli("predict", str(folder / "fit"), "--data", str(folder / "test.npz"), "--out", str(folder / "pred.csv"))
+    table, y, n = pd.read_csv(folder / "pred.csv"), test.y.long().numpy(), len(test.y)
+    fitted = json.loads((folder / "fit" / "metrics.json").read_text())  # what the command line fitted
+    o, L = fitted["options"], int(fitted["options"]["blocks"])
+    base = full_depth_net(train, int(o["width"]), L, int(fitted["settings"]["epochs"]), fitted["settings"]["lr"],
+                          seed=seed)
+    with torch.no_grad():
+        out = {"full": float((base(test.X)[:, -1].argmax(-1).numpy() == y).mean()), "blocks": L}
+    for k, label in enumerate(sets):
+        part = table.iloc[k * n:(k + 1) * n]
+        wrong = part["pred"].to_numpy() != y
+        out[label] = (float((~wrong).mean()), float(part["blocks"].mean()))
+        if label == "clean":
+            out["misclassified"] = float(part["blocks"][wrong].mean()) if wrong.any() else math.nan
+            out["misclassified rows"] = int(wrong.sum())
+    return out
+
+
+def table_cli(names, args) -> list[str]:
+    """Table 4: per data set, mean +- se over seeds of each quantity; the markdown lines."""
+    lines = ["| data | full-depth net accuracy (%) | model accuracy, clean (%) | difference (points, mean +- se) | "
+             "mean blocks, clean | misclassified clean rows: mean blocks (rows) | "
+             + " | ".join(f"noise sd {sd:g}: mean blocks (accuracy %)" for sd in args.noise_levels) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(args.noise_levels)]
+    for name in names:
+        start = time.time()
+        with tempfile.TemporaryDirectory() as tmp:
+            seeds = [cli_seed(name, s, args, Path(tmp)) for s in range(args.cli_seeds)]
+        mean = lambda f: float(np.mean([f(r) for r in seeds]))  # noqa: E731
+        diff = np.array([100 * (r["clean"][0] - r["full"]) for r in seeds])
+        se = diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
+        noise = " | ".join(f"{mean(lambda r, k=k: r[k][1]):.2f} ({100 * mean(lambda r, k=k: r[k][0]):.1f})"
+                           for k in (f"noise {sd:g}" for sd in args.noise_levels))
+        lines.append(f"| {name} | {100 * mean(lambda r: r['full']):.2f} | {100 * mean(lambda r: r['clean'][0]):.2f} | "
+                     f"{diff.mean():+.2f} +- {se:.2f} | {mean(lambda r: r['clean'][1]):.2f} of {seeds[0]['blocks']} | "
+                     f"{np.nanmean([r['misclassified'] for r in seeds]):.2f} "
+                     f"({sum(r['misclassified rows'] for r in seeds)}) | {noise} |")
+        print(f"({name}, command line: {args.cli_seeds} seeds in {time.time() - start:.0f} s; per seed, difference to "
+              f"the full-depth net {', '.join(f'{d:+.2f}' for d in diff)} points)")
+    return lines
+
+
+def write_cli_table(lines, names, args, argv, seconds) -> None:
+    path = Path(args.results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "# Adaptive depth at its defaults, from the command line (issue 34)\n\n"
+        f"    python benchmarks/adaptive_depth.py {' '.join(argv)}\n\n"
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.machine()}, 2 shared CPU cores, "
+        f"one torch thread; torch {torch.__version__}, Pyro {pyro.__version__}; wall time {seconds:.0f} s.  Data "
+        f"{', '.join(names)}; seeds 0..{args.cli_seeds - 1} (seed s: the split, the noise, both networks' initialisation)."
+        "  Per seed: `pyro-bdl fit adaptive-depth-resnet --data train.npz --test-fraction 0 --seed s` (the model's "
+        "defaults) and `pyro-bdl predict` of the clean test images and of noisy copies (N(0, sd^2) pixel noise, "
+        "clipped to [0, 1]); the full-depth ResNet (same blocks, one head, plain PyTorch, same Adam, batches, epochs "
+        "and schedule) on the same split.  Accuracy: mean over seeds; its difference to the full-depth net paired "
+        "by seed, mean +- standard error.  Blocks: the mode rule's blocks run per image, mean over images and seeds; "
+        "misclassified: the clean test images the model gets wrong (their count over all seeds).\n\n"
+        + "\n".join(lines) + "\n")
+    print(f"(table 4 written to {path})")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny nets, 2 epochs, 2 seeds, no MNIST: a smoke run")
@@ -324,25 +420,47 @@ def main(argv=None) -> None:
     parser.add_argument("--validation", type=float, default=None,
                         help="table 1: the fraction of training rows held out for early stopping (default: the model's)")
     parser.add_argument("--patience", type=int, default=None, help="table 1: early stopping's patience in epochs")
-    parser.add_argument("--rate", type=float, default=0.5, help="the geometric prior's rate (the model's default 0.5)")
+    parser.add_argument("--rate", type=float, default=None, help="the geometric prior's rate (default: the model's)")
     parser.add_argument("--noise", type=float, default=0.3, help="pixel noise sd of the noisy variant")
     parser.add_argument("--grad-draws", type=int, default=200)
     parser.add_argument("--mnist", default=str(MNIST), help="folder with t10k-images-idx3-ubyte.gz ('none': skip)")
     parser.add_argument("--out", default=".", help="folder for adaptive_depth.png")
+    parser.add_argument("--noise-levels", type=lambda v: [float(t) for t in v.split(",")], default=[0.1, 0.2, 0.3],
+                        help="table 4: pixel noise sds of the noisy test copies, comma-separated")
+    parser.add_argument("--only-cli", action="store_true", help="table 4 alone (the model's defaults, command line)")
+    parser.add_argument("--results", default=str(RESULTS), help="table 4's markdown file")
     args = parser.parse_args(argv)
+    args.cli_flags, args.cli_seeds = None, args.seeds
     if args.quick:
         args.width, args.blocks, args.epochs, args.grad_draws, args.seeds, args.mnist = 8, 3, 2, 10, 2, "none"
+        args.cli_flags = ["--option", "width=8", "--option", "blocks=3", "--set", "epochs=2"]
+        args.cli_seeds = 1
+        args.results = str(Path(args.out) / "adaptive_depth.md")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     import pyro_bdl
 
     if args.lr is None:
         args.lr = pyro_bdl.get_model("adaptive-depth-resnet").inference.method_defaults["svi-amortised"]["lr"]
+    if args.rate is None:
+        args.rate = pyro_bdl.get_model("adaptive-depth-resnet").options["rate"].default
     names = ["digits", "noisy digits"]
     if args.mnist != "none" and (Path(args.mnist) / "t10k-images-idx3-ubyte.gz").exists():
         names.append("mnist")
     else:
         print(f"(no MNIST images in {args.mnist}: MNIST skipped)")
+    start = time.time()
+    if not args.only_cli:
+        tables_1_to_3(names, args)
+    cli_names = [n for n in names if n != "noisy digits"]
+    print(f"\nThe model at its defaults from the command line, seeds 0..{args.cli_seeds - 1}:\n")
+    lines = table_cli(cli_names, args)
+    print("\n".join(lines))
+    write_cli_table(lines, cli_names, args, sys.argv[1:] if argv is None else list(argv), time.time() - start)
+
+
+def tables_1_to_3(names, args) -> None:
+    """Tables 1-3 (printed) and the figure."""
     print(f"digits-01: 1,347 training, 450 test images (a stratified split per seed); MNIST: 8,000 / 2,000; width "
           f"{args.width}, {args.blocks} blocks, prior rate {args.rate}, {args.epochs} epochs, Adam lr {args.lr}, "
           f"batch 128; seeds 0..{args.seeds - 1}")

@@ -259,6 +259,23 @@ def test_uci_script_runs_the_default_fits_and_reports_them(tmp_path):
     assert math.isfinite(float(row[2])) and math.isfinite(float(row[5])), out  # mean RMSE and LL over the splits
 
 
+def test_dropout_variants_script_writes_the_digits_rows(tmp_path):
+    """benchmarks/dropout_variants.py at the quick settings: one row per method spec (DropConnect's setting passed
+    through), the learned rate per layer for concrete dropout, the table written; a bad spec is refused."""
+    out = run_script("benchmarks/dropout_variants.py", "--quick", "--sine", "--methods", "mc-dropout:mask=weight",
+                     "concrete-dropout", "--out", str(tmp_path / "digits.md"), cwd=tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("digits ")]
+    assert [row.split(":")[0] for row in rows] == ["digits mc-dropout", "digits concrete-dropout"], out
+    assert "p 0.05 (fixed)" in rows[0] and "p layer1 0." in rows[1], out
+    sine = [line for line in out.splitlines() if line.startswith("sine ")]
+    assert len(sine) == 2 and all(0 <= float(line.split("coverage_90 ")[1].split()[0]) <= 1 for line in sine), out
+    table = (tmp_path / "digits.md").read_text()
+    assert table.count("| `mc-dropout:mask=weight` |") == 2 and table.count("| `concrete-dropout` |") == 2
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/dropout_variants.py"), "--methods", "mc-dropout:mask"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
 def test_gradient_variance_script_prints_the_ratio(tmp_path):
     out = run_script("scripts/gradient_variance.py", "--score", "50", "--reparam", "20", cwd=tmp_path)
     assert "variance ratio score / reparam" in out
@@ -341,6 +358,19 @@ def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
     assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out
 
 
+def test_ss_vae_curve_quick_run_writes_the_table_and_the_figure(tmp_path):
+    out = run_script("benchmarks/ss_vae_curve.py", "--quick", "--seeds", "0", "1", "--out", str(tmp_path), cwd=tmp_path)
+    table = (tmp_path / "ss_vae_curve.md").read_text()
+    for method in ("M1+M2", "logistic regression on M1's codes", "M2", "the classifier on the labels alone"):
+        assert f"| {method} |" in table, table
+    assert "| M1+M2 | 200 |" in table and "| M1+M2 | 1,000 |" in table and table in out + "\n"
+    rows = (tmp_path / "ss_vae_curve.csv").read_text().splitlines()
+    assert rows[0] == "seed,unlabelled,method,test_accuracy,seconds" and len(rows) == 1 + 2 * (1 + 2 * 3 + 1)
+    assert (tmp_path / "ss_vae_curve.png").stat().st_size > 10_000
+    merged = run_script("benchmarks/ss_vae_curve.py", "--merge", str(tmp_path / "ss_vae_curve.csv"), cwd=tmp_path)
+    assert table.split("\n\n", 1)[1] in merged  # the same table from the rows written (runs split over processes)
+
+
 def test_ss_vae_training_quick_run_prints_the_curve(tmp_path):
     out = run_script("benchmarks/ss_vae_training.py", "--quick", cwd=tmp_path)
     assert "| epoch | training loss / row | q(y \\| x) accuracy | argmax_c ELBO_c accuracy |" in out
@@ -353,6 +383,8 @@ def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):
     assert "| noisy | misclassified |" in out or "| noisy | correct |" in out
     assert "| score function (tracegraph) |" in out and "relaxed ELBO (T = 0.5)" in out
     assert (tmp_path / "adaptive_depth.png").stat().st_size > 0
+    table = (tmp_path / "adaptive_depth.md").read_text()  # table 4: the command line's fit and predict
+    assert "| digits | " in table and "noise sd 0.3: mean blocks" in table and "pyro-bdl fit adaptive-depth-resnet" in table
 
 
 def test_import_time_times_both_trees_and_names_no_heavy_module(tmp_path):

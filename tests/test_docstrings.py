@@ -32,12 +32,13 @@ DOCUMENTED = [
     "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift",
     "pyro_bdl.workflows.sbc",
     "pyro_bdl.workflows.evidence",
+    "pyro_bdl.inference.dropout", "pyro_bdl.inference.concrete_dropout",
 ]
 #: The engine's internals, reached through ``pyro_bdl.fit`` / the CLI (their examples, if any, still run).
 INTERNAL = [
     "pyro_bdl.workflows",
     "pyro_bdl.posterior.inference_data", "pyro_bdl.storage.files", "pyro_bdl.inference", "pyro_bdl.inference.base",
-    "pyro_bdl.inference.dropout", "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
+    "pyro_bdl.inference.ensemble", "pyro_bdl.inference.importance",
     "pyro_bdl.inference.mcmc.methods", "pyro_bdl.inference.svi", "pyro_bdl.models", "pyro_bdl.posterior.plots",
     "pyro_bdl.posterior.predictive", "pyro_bdl.store", "pyro_bdl.inference.mcmc.potential",
     "pyro_bdl.inference.mcmc.zoo", "pyro_bdl.inference.amortised", "pyro_bdl.inference.compile.graph_folding",

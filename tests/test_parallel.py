@@ -234,6 +234,22 @@ def test_the_engine_makes_no_tensor_on_a_fixed_device(model, method):
     assert not spy.found, f"tensors made without a device at {sorted(spy.found)}"
 
 
+def test_the_kl_warmup_factor_is_made_on_the_datas_device():
+    """The KL warm-up's factor (an input of every step) takes the data's device and dtype, not a fixed one."""
+    from pyro_bdl.inference.amortised import KLWarmup
+
+    from pyro_bdl.data.embedded import load
+
+    data, spy = load("digits-01", None), _FactorySpy()
+    with spy, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pyro_bdl.fit("vae", data, inference="svi-amortised", progress=False, kl_warmup=1, epochs=2,
+                     options={"latent_dim": 2, "hidden": 8})
+    assert not spy.found, f"tensors made without a device at {sorted(spy.found)}"
+    factor = KLWarmup(4, like=torch.zeros(3, dtype=torch.float64)).factor
+    assert factor.dtype == torch.float64 and float(factor) == 1.0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine: the CUDA path is checked "
                     "where one exists (benchmarks/gpu_check.py ran it on an H200, benchmarks/RESULTS.md)")
 @pytest.mark.parametrize("model, method", [("bnn-regressor", "svi"), ("vae", "svi-amortised"), ("blr", "nuts")])

@@ -113,10 +113,12 @@ class KLWarmup:
     0.5
     """
 
-    def __init__(self, steps: float):
+    def __init__(self, steps: float, like: torch.Tensor | None = None):
         if not float(steps) > 0:
             raise ValueError(f"the KL warm-up needs a positive number of steps, got {steps}")
-        self.steps, self.factor = float(steps), torch.tensor(1.0)
+        like = torch.empty(()) if like is None else like  # one of the data's tensors: their device and float dtype
+        dtype = like.dtype if like.is_floating_point() else torch.get_default_dtype()
+        self.steps, self.factor = float(steps), torch.ones((), dtype=dtype, device=like.device)
 
     def at(self, step: int) -> float:
         return min(1.0, (step + 1) / self.steps)
@@ -182,7 +184,8 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     if not 0.0 <= float(validation) < 1.0:
         raise ValueError(f"setting 'validation' is the fraction of rows held out, in [0, 1); got {validation}")
     n = next(v.shape[0] for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
-    order = torch.randperm(n, device=next(v for v in data.values() if isinstance(v, torch.Tensor) and v.dim()).device)
+    first = next(v for v in data.values() if isinstance(v, torch.Tensor) and v.dim())
+    order = torch.randperm(n, device=first.device)
     held = int(round(float(validation) * n)) if n > 1 else 0
     valid_index, train_index = order[:held].sort().values, order[held:].sort().values
     train = _rows(data, train_index, n) if held else data
@@ -197,7 +200,7 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
         if not _takes_anneal(model):
             raise ValueError("setting 'kl_warmup' needs a model that takes the warm-up factor as an argument 'anneal' "
                              "(scaling its latents' log p(z) and log q(z | x)), as the zoo's VAE does")
-        schedule = KLWarmup(float(kl_warmup) * steps_per_epoch)
+        schedule = KLWarmup(float(kl_warmup) * steps_per_epoch, like=first)
         train = {**train, "anneal": schedule.factor}
     monitor = EarlyStopping(model, guide, _rows(data, valid_index, n) if held else None, steps_per_epoch, rows,
                             int(patience), loss, warmup=float(kl_warmup))

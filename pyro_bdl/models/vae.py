@@ -64,7 +64,7 @@ from pyro_bdl.nn.layers import hidden_widths
 from pyro_bdl.posterior import amortised
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
-__all__ = ["vae", "encoder_guide", "LIKELIHOODS"]
+__all__ = ["vae", "encoder_guide", "LIKELIHOODS", "check_pixels", "pixel_likelihood"]
 
 LIKELIHOODS = ("bernoulli", "continuous-bernoulli", "gaussian")
 #: The smallest pixel sd of the Gaussian likelihood: a constant pixel (an image's border) would otherwise
@@ -81,7 +81,8 @@ def pixel_likelihood(out: torch.Tensor, likelihood: str, sd=None):
     return dist.Normal(out, sd).to_event(1)
 
 
-def _check_pixels(x, likelihood: str) -> None:
+def check_pixels(x, likelihood: str) -> None:
+    """A clear error for an unknown likelihood, or pixels outside [0, 1] under a Bernoulli one (validation on)."""
     if likelihood not in LIKELIHOODS:
         raise ValueError(f"unknown likelihood '{likelihood}'; choose one of: {', '.join(LIKELIHOODS)}")
     if x is not None and likelihood != "gaussian" and is_validation_enabled():
@@ -94,7 +95,7 @@ def _check_pixels(x, likelihood: str) -> None:
 def vae(x=None, n=None, data_dim=None, latent_dim=10, hidden=(200,), likelihood="bernoulli", arch="mlp",
         kl_scale=1.0, batch_size=None, anneal=1.0):
     """The VAE. ``x``: (n, D) flattened images, or None to simulate ``n`` of ``data_dim`` pixels. Returns x."""
-    _check_pixels(x, likelihood)
+    check_pixels(x, likelihood)
     n, data_dim = (x.shape[0], x.shape[1]) if x is not None else (n, data_dim)
     decode = registered("vae.decoder", decoder, latent_dim, data_dim, hidden_widths(hidden), arch,
                         device=None if x is None else x.device)

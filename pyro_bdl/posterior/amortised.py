@@ -30,10 +30,11 @@ import pandas as pd
 import torch
 from pyro import poutine
 
+from pyro_bdl.data.table import Dataset
 from pyro_bdl.inference.marginal import Estimate, estimate
 
 __all__ = ["IS_SAMPLES", "REPORT_ROWS", "guide_of", "estimate_rows", "report", "evaluate", "predict", "latents",
-           "reconstruct", "simulate", "plots", "image_grid", "square_side", "class_probabilities", "predict_classes",
+           "codes", "active_units", "ACTIVE_VARIANCE", "reconstruct", "simulate", "plots", "image_grid", "square_side", "class_probabilities", "predict_classes",
            "evaluate_classifier"]
 
 #: K, the draws from q per row for the importance-sampled log p(x) (the ``is_samples`` setting's default).
@@ -93,10 +94,50 @@ def evaluate(result, test) -> dict:
 
 @torch.no_grad()
 def latents(result, data) -> dict:
-    """site -> (mean, sd) of q(z | x) per row, each (n, L), for every local latent of the model."""
+    """site -> (mean, sd) of q(z | x) per row, each (n, L), for every local latent of the model that ``data``
+    have."""
     with result.own_params():
         trace = poutine.trace(guide_of(result)).get_trace(**_features(result, data))
-    return {name: (trace.nodes[name]["fn"].mean, trace.nodes[name]["fn"].stddev) for name in result.spec.data.local_latents}
+    return {name: (trace.nodes[name]["fn"].mean, trace.nodes[name]["fn"].stddev) for name in result.spec.data.local_latents
+            if name in trace.nodes}  # a site of rows the data have none of (labelled ones) is left out
+
+
+#: A latent unit is active when its posterior means vary over the data by more than this (Burda et al. 2016).
+ACTIVE_VARIANCE = 0.01
+
+
+def active_units(result, data: Dataset, threshold: float = ACTIVE_VARIANCE) -> torch.Tensor:
+    """Indices of the latent units whose means of q(z | x) vary over ``data``'s rows by more than ``threshold``
+    (Burda et al. 2016): the units the model uses; the others sit at the prior for every row (collapsed)."""
+    (mean, _), = _one_latent(result, data).values()
+    return (mean.var(0) > threshold).nonzero().squeeze(-1)
+
+
+def _one_latent(result, data: Dataset) -> dict:
+    found = latents(result, data.X)
+    if len(found) != 1:
+        raise ValueError(f"codes need a model with one local latent site; {result.spec.name} has {sorted(found)}")
+    return found
+
+
+def codes(result, data: Dataset, units=None) -> Dataset:
+    """``data`` with its features replaced by the means of q(z | x), (n, L), or of the latent ``units`` (indices,
+    e.g. :func:`active_units` of the training rows): the representation an unsupervised model learned, as a data
+    set of its own (the target kept), for a second model to fit on (M1+M2: the semi-supervised VAE on a VAE's
+    codes; logistic regression on them).
+
+    >>> import pyro_bdl
+    >>> fit = pyro_bdl.fit("vae", inference="svi", options={"latent_dim": 2, "hidden": 8}, epochs=2, progress=False)
+    >>> rows = pyro_bdl.Dataset("rows", torch.rand(5, 64), torch.arange(5.0))
+    >>> z = codes(fit, rows); z.X.shape, z.feature_names, bool(torch.equal(z.y, rows.y))
+    (torch.Size([5, 2]), ['z_0', 'z_1'], True)
+    >>> codes(fit, rows, units=[1]).feature_names
+    ['z_1']
+    """
+    (name, (mean, _)), = _one_latent(result, data).items()
+    units = torch.arange(mean.shape[-1]) if units is None else torch.as_tensor(units, dtype=torch.long).reshape(-1)
+    return Dataset(f"{data.name} (codes)", mean[:, units.to(mean.device)], data.y,
+                   [f"{name}_{int(j)}" for j in units], data.target_name)
 
 
 def predict(result, data, particles: int | None = None) -> pd.DataFrame:

@@ -26,6 +26,14 @@ uniform), :math:`\rho` = ``rate``.  With ``depth=global`` one z serves every row
   ``temperature``) and :math:`p(y \mid x, w) = \mathrm{softmax}(\sum_l w_l \log p(\cdot \mid x, l))`, which is
   :math:`p(y \mid x, z)` at a vertex of the simplex: reparameterised, biased by the relaxation.
 
+Two choices make the depth adapt (at the old defaults, rate 0.5 and every head shaping the stream, every input
+stopped at block 1; benchmarks/RESULTS.md, "Adaptive depth"): a **warm-up** (option ``warmup``, the first 50
+epochs by default: :func:`warming_up`) with a flat prior and a flat :math:`q(z) = 1/L`, whose ELBO
+:math:`\sum_i \frac{1}{L} \sum_l \log p(y_i \mid x_i, l)` trains every head on every row, before the exact
+marginal likelihood (``estimator=exact``; the other estimators ignore the warm-up); and ``early_heads=detached``:
+the heads before the last read :math:`H_l` through a stop-gradient, so only the last head trains the blocks (the
+stream is the full-depth network's, and a deeper head is a better one) while the earlier heads learn to read it.
+
 **Prediction.**  With y unknown, :math:`p(y, z \mid x) \propto p(y \mid x, z)\, p(z)`: its marginal over y is the
 prior, so a per-example depth is read from the joint.  :math:`\pi(z \mid x)` is :math:`p(z)` (exact),
 :math:`q_\phi(z \mid x)` (a guide) or :math:`q(z)` (global); the rules (:mod:`pyro_bdl.models.adaptive_depth.decisions`, option
@@ -61,18 +69,20 @@ from pyro_bdl.models.adaptive_depth.decisions import RULES
 from pyro_bdl.models.adaptive_depth.networks import depth_prior, guide_network, heads_network
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, choice, register
 
-__all__ = ["adaptive_depth_resnet", "depth_guide", "PRIORS", "DEPTHS", "ESTIMATORS"]
+__all__ = ["adaptive_depth_resnet", "depth_guide", "warming_up", "PRIORS", "DEPTHS", "ESTIMATORS", "EARLY_HEADS"]
 
 PRIORS, DEPTHS, ESTIMATORS = ("geometric", "power"), ("per-example", "global"), ("exact", "score", "relaxed")
+#: ``early_heads``: the heads before the last read the residual stream through a stop-gradient, or train it too.
+EARLY_HEADS = ("detached", "trained")
 #: The guide's temperature falls as exp(-ANNEAL * step) from 1 to ``temperature`` (1000 steps: 1 -> 0.37).
 ANNEAL = 1e-3
 #: The score-function guide's baseline: a decaying average of the downstream cost (Pyro's).
 BASELINE = {"use_decaying_avg_baseline": True, "baseline_beta": 0.9}
 
 
-def _check(prior, rate, depth, estimator, temperature) -> None:
+def _check(prior, rate, depth, estimator, temperature, early_heads="detached") -> None:
     for name, value, choices in (("prior", prior, PRIORS), ("depth", depth, DEPTHS),
-                                 ("estimator", estimator, ESTIMATORS)):
+                                 ("estimator", estimator, ESTIMATORS), ("early_heads", early_heads, EARLY_HEADS)):
         if value not in choices:
             raise ValueError(f"option '{name}' of model 'adaptive-depth-resnet' must be one of "
                              f"{', '.join(choices)}, got {value!r}")
@@ -83,12 +93,30 @@ def _check(prior, rate, depth, estimator, temperature) -> None:
                          "(estimator=exact)")
 
 
-def adaptive_depth_resnet(x, y=None, num_classes=None, width=32, blocks=4, prior="geometric", rate=0.5,
+def warming_up(net, x, y, warmup, batch_size, depth, estimator) -> bool:
+    """Whether this is a training step of the first ``warmup`` epochs (an exact per-example depth only): a flat prior
+    and a flat q(z) there, so every head is trained on every row.  Training steps are the model's calls with labels
+    and gradients, counted on its network (``net.steps``: a new network, as a new fit or a loaded one has, counts
+    from 0); an epoch is ceil(rows / ``batch_size``) steps."""
+    if depth != "per-example" or estimator != "exact" or not float(warmup) > 0 or y is None:
+        return False
+    rows = x.shape[0]
+    per_epoch = 1 if batch_size is None or int(batch_size) >= rows else math.ceil(rows / int(batch_size))
+    return torch.is_grad_enabled() and getattr(net, "steps", 0) < float(warmup) * per_epoch
+
+
+def adaptive_depth_resnet(x, y=None, num_classes=None, width=32, blocks=4, prior="geometric", rate=0.1,
                           depth="per-example", estimator="exact", temperature=0.5, rule="mode", threshold=0.9,
-                          batch_size=None):
-    """``x``: (n, D) inputs; ``y``: (n,) labels 0..C-1 or None (then simulated). Returns y."""
-    _check(prior, rate, depth, estimator, temperature)
-    net, p_z = heads_network(x, num_classes, width, blocks), depth_prior(blocks, prior, rate, x.device)
+                          early_heads="detached", warmup=0, batch_size=None):
+    """``x``: (n, D) inputs; ``y``: (n,) labels 0..C-1 or None (then simulated); ``warmup``: epochs with a flat prior
+    (:func:`warming_up`; 0 here, 50 in a fit: the registered default). Returns y."""
+    _check(prior, rate, depth, estimator, temperature, early_heads)
+    net = heads_network(x, num_classes, width, blocks, early_heads == "detached")
+    p_z = depth_prior(blocks, prior, rate, x.device)
+    if warming_up(net, x, y, warmup, batch_size, depth, estimator):
+        p_z = torch.full_like(p_z, 1.0 / len(p_z))
+    if y is not None and torch.is_grad_enabled():
+        net.steps = getattr(net, "steps", 0) + 1  # after the guide and the model have read it
     if depth == "global":  # one depth for every row (DUN); its guide enumerates q(z)
         z = pyro.sample("depth", dist.Categorical(p_z))
     with pyro.plate("data", x.shape[0], subsample_size=batch_size):
@@ -110,18 +138,28 @@ def temperature_at(guide_net, final: float) -> float:
     return max(float(final), math.exp(-ANNEAL * getattr(guide_net, "steps", 0)))
 
 
-def depth_guide(x, y=None, num_classes=None, width=32, blocks=4, prior="geometric", rate=0.5, depth="per-example",
-                estimator="exact", temperature=0.5, rule="mode", threshold=0.9, batch_size=None):
-    """q(z) for a global depth (enumerated); nothing for ``exact``; q(z | x) from H_1 for ``score``/``relaxed``."""
-    _check(prior, rate, depth, estimator, temperature)
+def depth_guide(x, y=None, num_classes=None, width=32, blocks=4, prior="geometric", rate=0.1, depth="per-example",
+                estimator="exact", temperature=0.5, rule="mode", threshold=0.9, early_heads="detached", warmup=0,
+                batch_size=None):
+    """q(z) for a global depth (enumerated); nothing for ``exact`` (z is summed out in the model), but the flat
+    q(z) = 1/L in the warm-up (enumerated); q(z | x) from H_1 for ``score``/``relaxed``."""
+    _check(prior, rate, depth, estimator, temperature, early_heads)
     if depth == "global":
         q = pyro.param("adaptive_depth.q_depth", lambda: torch.zeros(int(blocks), device=x.device))
         pyro.sample("depth", dist.Categorical(logits=q), infer={"enumerate": "parallel"})
         return
+    with poutine.block():  # the network's step count: is this step in the warm-up?
+        warm = warming_up(heads_network(x, num_classes, width, blocks, early_heads == "detached"), x, y, warmup,
+                          batch_size, depth, estimator)
+    if warm:  # the ELBO is then the mean over l of log p(y | x, l): every head trained on every row
+        flat = torch.full((int(blocks),), 1.0 / int(blocks), dtype=x.dtype, device=x.device)
+        with pyro.plate("data", x.shape[0], subsample_size=batch_size):
+            pyro.sample("depth", dist.Categorical(flat), infer={"enumerate": "parallel"})
+        return
     if estimator == "exact":
         return
     with poutine.block():  # the network's features are read, not trained, by the guide
-        net = heads_network(x, num_classes, width, blocks)
+        net = heads_network(x, num_classes, width, blocks, early_heads == "detached")
     guide_net = guide_network(width, blocks, x.device)
     with pyro.plate("data", x.shape[0], subsample_size=batch_size):
         logits = guide_net(net.features(pyro.subsample(x, event_dim=1)).detach())
@@ -145,7 +183,9 @@ register(ModelSpec(
         "width": Option(32, "width W of the residual stream", int, domain=Domain(int, 1)),
         "blocks": Option(4, "number L of residual blocks (the largest depth)", int, domain=Domain(int, 1)),
         "prior": Option("geometric", f"prior on the depth: one of {', '.join(PRIORS)}", choice("prior", PRIORS)),
-        "rate": Option(0.5, "rho: geometric (1 - rho)^(l-1), in (0, 1); power l^-rho, >= 0",
+        # 0.1: the mode rule then stops at the first head >= 0.9 confident, so hard inputs go deeper; at 0.5 (the old
+        # default) every input stopped at block 1 (benchmarks/RESULTS.md, "Adaptive depth", the end of the section)
+        "rate": Option(0.1, "rho: geometric (1 - rho)^(l-1), in (0, 1); power l^-rho, >= 0",
                        domain=Domain(float, 0, finite=True)),
         "depth": Option("per-example", f"one of {', '.join(DEPTHS)} (global: DUN)", choice("depth", DEPTHS)),
         "estimator": Option("exact", f"how z is inferred: one of {', '.join(ESTIMATORS)}",
@@ -154,6 +194,14 @@ register(ModelSpec(
                               domain=Domain(float, 0, open_low=True, finite=True)),
         "rule": Option("mode", f"test-time decision rule: one of {', '.join(RULES)}", choice("rule", RULES)),
         "threshold": Option(0.9, "confidence at which the threshold rule stops", domain=Domain(float, 0, 1)),
+        # 50 of the 100 epochs: without a warm-up the heads the prior disfavours starve (RESULTS.md, "Adaptive depth")
+        "warmup": Option(50, "epochs of the warm-up (exact per-example depth): a flat prior and a flat q(z), so every "
+                         "head is trained on every row; then z is summed out exactly",
+                         domain=Domain(float, 0, finite=True)),
+        # detached: trained heads made heads 2-4 no better than the first (the first head's loss shapes the stream)
+        "early_heads": Option("detached", "heads before the last: 'detached' read the residual stream through a "
+                              "stop-gradient (only the last head trains the blocks), 'trained' train it too",
+                              choice("early_heads", EARLY_HEADS)),
     },
     default_data="digits-01",
     notes="estimator=exact needs elbo=enum (the default); score: elbo=tracegraph; relaxed: elbo=trace.",

@@ -8,8 +8,11 @@ r"""A residual network with one output head after every block, and the small net
     F_l(h) = V_l\, \mathrm{relu}(U_l h), \qquad \mathrm{logits}_l = A_l H_l + a_l, \quad l = 1, \dots, L.
 
 The logits at depth :math:`l` depend on the first :math:`l` blocks only, so they equal those of the network
-truncated after block :math:`l` (``forward(x, depth=l)``).  :class:`DepthGuide` maps the first block's features
-:math:`H_1` (``(..., W)``) to the logits of a distribution over the depth, ``(..., L)``.
+truncated after block :math:`l` (``forward(x, depth=l)``).  With ``detached=True`` the heads before the last read
+:math:`H_l` through a stop-gradient: same values, but only the last head's loss trains the blocks, so the residual
+stream is the full-depth network's and the earlier heads are read-outs of it (see ``early_heads`` of the model).
+:class:`DepthGuide` maps the first block's features :math:`H_1` (``(..., W)``) to the logits of a distribution
+over the depth, ``(..., L)``.
 
 :func:`multiply_adds` counts the multiply-adds per example of a run that computes ``blocks`` blocks and
 ``heads`` heads (the stem always), the cost every decision rule reports against the full-depth network
@@ -45,8 +48,9 @@ __all__ = ["ResidualHeads", "DepthGuide", "multiply_adds", "guide_multiply_adds"
 class ResidualHeads(nn.Module):
     """x (..., D) -> logits at every depth (..., L, C); ``depth``: only the first ``depth`` blocks and heads."""
 
-    def __init__(self, data_dim: int, num_classes: int, width: int = 32, blocks: int = 4):
+    def __init__(self, data_dim: int, num_classes: int, width: int = 32, blocks: int = 4, detached: bool = False):
         super().__init__()
+        self.detached = bool(detached)
         self.stem = nn.Linear(data_dim, width)
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
                                     for _ in range(blocks))
@@ -58,11 +62,12 @@ class ResidualHeads(nn.Module):
         return h + self.blocks[0](h)
 
     def forward(self, x: torch.Tensor, depth: int | None = None) -> torch.Tensor:
-        depth = len(self.blocks) if depth is None else int(depth)
+        L = len(self.blocks)
+        depth = L if depth is None else int(depth)
         h, out = torch.relu(self.stem(x)), []
-        for block, head in zip(self.blocks[:depth], self.heads[:depth]):
+        for l, (block, head) in enumerate(zip(self.blocks[:depth], self.heads[:depth])):
             h = h + block(h)
-            out.append(head(h))
+            out.append(head(h.detach() if self.detached and l < L - 1 else h))  # values the same either way
         return torch.stack(out, -2)
 
 
@@ -95,10 +100,12 @@ def depth_prior(blocks: int, prior: str = "geometric", rate: float = 0.5, device
     return weights / weights.sum()
 
 
-def heads_network(x: torch.Tensor, num_classes: int, width: int, blocks: int) -> ResidualHeads:
-    """The :class:`ResidualHeads` for inputs like ``x``, registered with Pyro as ``adaptive_depth.net``."""
+def heads_network(x: torch.Tensor, num_classes: int, width: int, blocks: int,
+                  detached: bool = False) -> ResidualHeads:
+    """The :class:`ResidualHeads` for inputs like ``x`` (``detached``: the early heads' stop-gradient), registered
+    with Pyro as ``adaptive_depth.net``."""
     return registered("adaptive_depth.net", ResidualHeads, x.shape[-1], int(num_classes), int(width), int(blocks),
-                      device=x.device)
+                      bool(detached), device=x.device)
 
 
 def guide_network(width: int, blocks: int, device=None) -> DepthGuide:

@@ -72,7 +72,7 @@ def depth_inputs(result, x: torch.Tensor) -> DepthInputs:
     o = result.model.keywords
     W, L = int(o["width"]), int(o["blocks"])
     with result.own_params():
-        net = heads_network(x, o["num_classes"], W, L)
+        net = heads_network(x, o["num_classes"], W, L, o.get("early_heads", "trained") == "detached")
         logp, prior = torch.log_softmax(net(x), -1), depth_prior(L, o["prior"], o["rate"], x.device)
         pi, learned, guide_macs = prior.expand(len(x), L), True, 0
         if o["depth"] == "global":
