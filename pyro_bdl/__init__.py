@@ -31,6 +31,7 @@ from pyro_bdl.storage.paths import FitDirectoryError, OutputPathError
 from pyro_bdl.workflows.evidence import evidence
 from pyro_bdl.workflows.sbc import sbc
 from pyro_bdl.workflows.active_learning import active_learning
+from pyro_bdl.workflows.compare import compare
 
 from pyro_bdl import models  # noqa: E402,F401  (last: the zoo registers itself with the engine above)
 
@@ -58,4 +59,5 @@ __all__ = [
     "ConvergenceWarning",
     "sbc",
     "active_learning",
+    "compare",
 ]

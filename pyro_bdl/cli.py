@@ -1,5 +1,5 @@
-"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn`` (a thin layer over the Python
-API).
+"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn | compare`` (a thin layer over
+the Python API).
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
@@ -34,6 +34,7 @@ from pyro_bdl.storage.files import atomic_write, atomic_write_text
 from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_file, remove_stale
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
+from pyro_bdl.workflows.compare import check_report_folder, compare
 
 __all__ = ["main", "parse_key_values"]
 
@@ -236,6 +237,30 @@ def _cmd_active_learn(args) -> None:
     print(f"wrote history.csv, learning_curve.png to {out}")
 
 
+def _cmd_compare(args) -> None:
+    """Fit each method of ``--methods`` and write the comparison's report (:mod:`pyro_bdl.workflows.compare`)."""
+    spec = get_model(args.model)
+    check_report_folder(args.out, force=args.force)  # before any work
+    options = parse_key_values(args.option, "--option")
+    spec.resolve_options(options)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    settings = {}
+    for key, value in parse_key_values(args.set, "--set").items():
+        method, sep, name = key.partition(".")
+        if not sep or not name:
+            raise ValueError(f"--set takes METHOD.KEY=VALUE (e.g. svi.steps=2000), got {key}={value}")
+        settings.setdefault(method, {})[name] = value
+    dataset = spec.load_data(args.data or spec.default_data, args.target)
+    test = None
+    if args.test_fraction:
+        dataset, test = split_dataset(dataset, args.test_fraction, seed=args.seed, stratify=spec.data.task.stratified)
+    result = compare(spec.name, dataset, methods, test=test, settings=settings, options=options, seed=args.seed,
+                     progress=not args.no_progress)
+    files = result.write(args.out, force=args.force)
+    print(result.summary.to_string(index=False))
+    print(f"reference: {result.reference}; wrote {', '.join(files)} to {args.out}")
+
+
 SAMPLE_FORMATS = (".npz", ".csv", ".png")
 
 
@@ -282,6 +307,26 @@ def _cmd_sample(args) -> None:
 
         atomic_write(out, write)
     print(f"wrote {args.num} new rows from the prior of {args.fit_dir} to {args.out}")
+
+
+def _add_compare_parser(sub) -> None:
+    """``pyro-bdl compare``'s arguments."""
+    p = sub.add_parser("compare", help="which inference method: fit several and compare them with a reference "
+                                       "posterior (report.md, marginals.png, table.csv)")
+    p.add_argument("model")
+    p.add_argument("--data", help="CSV file or embedded data set name (default: the model's own)")
+    p.add_argument("--target", help="target column of a CSV file")
+    p.add_argument("--methods", default="nuts,svi,laplace,map", help="comma-separated methods (nuts,svi,laplace,map)")
+    p.add_argument("--test-fraction", type=float, default=0.0,
+                   help="hold out this fraction for held-out metrics (default 0: none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--set", action="append", metavar="METHOD.KEY=VALUE",
+                   help="a method's setting, e.g. --set svi.steps=2000 (repeatable)")
+    p.add_argument("--out", required=True, help="output directory (must be empty or new, unless --force)")
+    p.add_argument("--force", action="store_true", help="replace what --out holds")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(run=_cmd_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -367,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into an --out directory that holds a fit")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(run=_cmd_active_learn)
+
+    _add_compare_parser(sub)
     return parser
 
 

@@ -1,0 +1,428 @@
+r"""Which inference method for my model: fit several methods and compare each with a reference posterior.
+
+:func:`compare` fits each method on the same data and judges it against the reference: the model's exact posterior
+where its spec declares one (:attr:`~pyro_bdl.registry.PostFit.exact_posterior`, and the options it needs are met),
+else a NUTS fit (:data:`~pyro_bdl.inference.method.DEFAULT_METHOD`, reused when it is among the methods).  Per site
+element it gives the method's mean and sd, the standardised mean error :math:`(m - m_\mathrm{ref})/s_\mathrm{ref}`, the
+sd ratio, and a divergence of the marginal in reference sds: the 1-D Wasserstein-1 distance between the method's
+draws and the reference's (``scipy.stats.wasserstein_distance``; between two samples of one distribution it is not
+0 but of order :math:`1/\sqrt{\mathrm{draws}}`), or the closed-form Wasserstein-2 distance
+:math:`\sqrt{(m - m_\mathrm{ref})^2 + (s - s_\mathrm{ref})^2}` between the Gaussians of those moments when the
+reference is moments only.  A point estimate (MAP) gets its mean error only.  With held-out data it adds each
+method's held-out metrics (:func:`~pyro_bdl.posterior.evaluation.evaluate_fit`), and PSIS-LOO ranks the fits with
+posterior draws (:func:`~pyro_bdl.posterior.diagnostics.compare_loo`).
+
+Example
+-------
+>>> import torch, pyro_bdl
+>>> from pyro_bdl.data.table import Dataset
+>>> X = torch.randn(30, 2, generator=torch.Generator().manual_seed(0))
+>>> y = X @ torch.tensor([1.0, -0.5]) + 0.3 * torch.randn(30, generator=torch.Generator().manual_seed(1))
+>>> data = Dataset("tiny", X, y, ["x0", "x1"], "y")
+>>> result = compare("blr", data, ["map", "laplace"], options={"noise": 0.3}, settings={"map": {"steps": 300},
+...                  "laplace": {"steps": 300}}, progress=False)
+>>> result.reference
+'exact'
+>>> bool(result.table.query("method == 'laplace'")["mean_error"].abs().max() < 0.05)
+True
+>>> list(result.summary["method"])
+['map', 'laplace']
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pyro_bdl.data.arguments import bind_arguments
+from pyro_bdl.data.table import Dataset
+from pyro_bdl.fit import fit
+from pyro_bdl.inference.enumeration import model_traits
+from pyro_bdl.inference.method import DEFAULT_METHOD
+from pyro_bdl.posterior.diagnostics import RHAT_MAX, compare_loo, compare_methods
+from pyro_bdl.posterior.evaluation import evaluate_fit
+from pyro_bdl.registry import ModelSpec, get_model, resolve
+from pyro_bdl.storage.paths import OutputPathError
+
+__all__ = ["compare", "Comparison", "DEFAULT_METHODS", "MAX_PLOTTED"]
+
+#: The methods :func:`compare` fits when none are named.
+DEFAULT_METHODS = (DEFAULT_METHOD, "svi", "laplace", "map")
+
+#: The most site elements :meth:`Comparison.plot` draws (the first ones, in the table's order).
+MAX_PLOTTED = 12
+
+#: The sampler's diagnostics the summary shows beside its row (the reference is only as good as its chains).
+SAMPLER_CHECKS = ("max_r_hat", "min_ess_bulk", "divergences")
+
+#: The files :meth:`Comparison.write` writes.
+REPORT_FILES = ("report.md", "marginals.png", "table.csv", "summary.csv")
+
+
+@dataclass
+class Comparison:
+    """Several methods' fits of one model, each judged against a reference posterior.
+
+    Attributes
+    ----------
+    results : method -> :class:`~pyro_bdl.result.FitResult` (the reference's NUTS fit too, where it is one).
+    reference : ``"exact"`` (the model's closed form) or the method whose fit is the reference.
+    reference_moments : site element -> (mean, sd) of the reference.
+    reference_draws : site element -> 1-D array of the reference's draws (empty for an exact reference).
+    table : one row per method and site element: mean, sd, ref_mean, ref_sd, mean_error, sd_ratio, divergence,
+        divergence_kind.
+    summary : one row per method: mean and max divergence and max |mean error| over the elements, the held-out
+        metrics (``test_...``) when held-out data were given, and wall seconds.
+    loo : ``az.compare`` on PSIS-LOO (:func:`~pyro_bdl.posterior.diagnostics.compare_loo`), or None.
+    notes : what the report should say besides the numbers (fits left out of LOO, ...).
+    """
+
+    results: dict
+    reference: str
+    reference_moments: dict
+    reference_draws: dict
+    table: pd.DataFrame
+    summary: pd.DataFrame
+    loo: pd.DataFrame | None = None
+    notes: list = field(default_factory=list)
+    title: str = "comparison"
+
+    def plot(self, path: str | Path | None = None):
+        """A grid of the marginals of the first :data:`MAX_PLOTTED` site elements: the reference's (a filled
+        histogram of its draws, or its Gaussian density when exact) and each method's overlaid (a step histogram;
+        a point estimate as a vertical line).  Saved to ``path`` if given; returns the figure."""
+        import matplotlib.pyplot as plt
+
+        elements = list(self.reference_moments)[:MAX_PLOTTED]
+        cols = min(4, len(elements))
+        rows = math.ceil(len(elements) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a histogram with no draw in the reference's range
+            for ax, element in zip(axes.flat, elements):
+                self._plot_element(ax, element, colours)
+        for ax in list(axes.flat)[len(elements):]:
+            ax.set_visible(False)
+        axes.flat[0].legend(fontsize=7)
+        shown = f" (first {len(elements)} of {len(self.reference_moments)} site elements)" \
+            if len(self.reference_moments) > len(elements) else ""
+        fig.suptitle(f"{self.title}: marginals against the reference{shown}", fontsize=10)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, format="png", dpi=110)
+        return fig
+
+    def _plot_element(self, ax, element: str, colours: list) -> None:
+        """One panel of :meth:`plot`: the reference's marginal of ``element`` and each method's over it."""
+        m, s = self.reference_moments[element]
+        grid = np.linspace(m - 5 * s, m + 5 * s, 200)
+        if len(self.reference_draws.get(element, ())):
+            ax.hist(self.reference_draws[element], bins=40, range=(grid[0], grid[-1]), density=True,
+                    color="0.8", label=f"reference ({self.reference})")
+        else:
+            ax.fill_between(grid, np.exp(-0.5 * ((grid - m) / s) ** 2) / (s * math.sqrt(2 * math.pi)),
+                            color="0.8", label="reference (exact)")
+        for k, (label, result) in enumerate(r for r in self.results.items() if r[0] != self.reference):
+            draws = _element_draws(result).get(element)
+            if draws is None:
+                continue
+            colour = colours[k % len(colours)]
+            if result.point_estimate or len(draws) < 2:
+                ax.axvline(float(draws.mean()), color=colour, ls="--", label=label)
+            else:
+                ax.hist(draws, bins=40, range=(grid[0], grid[-1]), density=True, histtype="step", color=colour,
+                        label=label)
+        ax.set_title(element, fontsize=9)
+        ax.set_yticks([])
+
+    def to_markdown(self) -> str:
+        """The report: what was compared, the summary per method, the per-element table, LOO and the notes."""
+        shown = min(MAX_PLOTTED, len(self.reference_moments))
+        lines = [f"# Which method: {self.title}", "",
+                 f"Reference: **{self.reference}**" + (" (the model's exact posterior)" if self.reference == "exact"
+                                                        else " (its draws)") + ".", "",
+                 "Divergence: the 1-D Wasserstein-1 distance between a method's draws and the reference's, in "
+                 "reference sds (between two samples of one distribution it is of order 1/sqrt(draws), not 0); "
+                 "against an exact reference (moments only), the Wasserstein-2 distance between the Gaussians of "
+                 "those moments.  A point estimate gets its standardised mean error only.", "",
+                 "## Summary", "", markdown_table(self.summary), "",
+                 f"![marginals](marginals.png) (the first {shown} of {len(self.reference_moments)} site elements)",
+                 "", "## Per site element", "", markdown_table(self.table), ""]
+        if self.loo is not None:
+            lines += ["## PSIS-LOO (az.compare)", "", markdown_table(self.loo.reset_index(names="fit")), ""]
+        if self.notes:
+            lines += ["## Notes", ""] + [f"- {note}" for note in self.notes] + [""]
+        return "\n".join(lines)
+
+    def write(self, folder: str | Path, force: bool = False) -> list[str]:
+        """report.md, marginals.png, table.csv and summary.csv in ``folder``, all or none: written in a temporary
+        folder beside it, then moved in.  An existing non-empty ``folder`` is refused unless ``force`` (then
+        replaced).  Returns the file names."""
+        import matplotlib.pyplot as plt
+
+        folder = Path(folder)
+        check_report_folder(folder, force)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            (tmp / "report.md").write_text(self.to_markdown())
+            self.table.to_csv(tmp / "table.csv", index=False)
+            self.summary.to_csv(tmp / "summary.csv", index=False)
+            plt.close(self.plot(tmp / "marginals.png"))
+            old = None
+            if folder.exists():
+                old = folder.with_name(f".{folder.name}.old.{os.getpid()}")
+                os.replace(folder, old)
+            os.replace(tmp, folder)
+            if old is not None:
+                shutil.rmtree(old)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return list(REPORT_FILES)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A frame as a Markdown table, numbers to 4 significant digits (pandas' own needs ``tabulate``).
+
+    >>> print(markdown_table(pd.DataFrame({"a": ["x"], "b": [1 / 3]})))
+    | a | b |
+    | --- | --- |
+    | x | 0.3333 |
+    """
+    def cell(value) -> str:
+        if isinstance(value, (float, np.floating)):
+            return "" if np.isnan(value) else f"{value:.4g}"
+        return str(value).replace("|", "/")
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def check_report_folder(folder: str | Path, force: bool = False) -> None:
+    """Refuse a report folder that is a file, or (unless ``force``) a non-empty folder."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputPathError(f"--out {folder}: is an existing file, not a directory")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise OutputPathError(f"--out {folder}: is not empty; choose another directory, or pass --force to "
+                              "replace it")
+
+
+def compare(model: str | Callable, data=None, methods: Sequence[str] = DEFAULT_METHODS, *, reference: str = "auto",
+            test: Dataset | None = None, settings: Mapping[str, Mapping] | None = None, options: dict | None = None,
+            seed: int = 0, progress: bool = True) -> Comparison:
+    """Fit ``model`` with each method and judge each fit against a reference posterior.
+
+    Parameters
+    ----------
+    model : a zoo model name or a Pyro model callable (its data its keyword arguments), as for :func:`pyro_bdl.fit`.
+    data : the data, as for :func:`pyro_bdl.fit`.
+    methods : the methods to fit (names of :data:`pyro_bdl.METHODS`); each is checked against the model before
+        anything runs: one that does not suit it is refused with the reason.
+    reference : ``"auto"`` (the model's exact posterior where it has one for these options, else NUTS),
+        ``"exact"``, or a method's name whose fit is the reference (reused when among ``methods``).
+    test : held-out data (a :class:`~pyro_bdl.data.table.Dataset` with targets) for each method's held-out
+        metrics (zoo models).
+    settings : method -> its settings (``{"svi": {"steps": 2000}}``), a ``"guide"`` among them for the methods that
+        take one (as :func:`pyro_bdl.fit`'s ``guide``).
+    options : zoo model options.
+    seed, progress : as for :func:`pyro_bdl.fit`.
+
+    Returns
+    -------
+    :class:`Comparison` with ``.table``, ``.summary``, ``.loo``, ``.plot()``, ``.to_markdown()``, ``.write()``.
+    """
+    methods, settings = list(methods), {k: dict(v) for k, v in (settings or {}).items()}
+    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    _check_methods(spec, model, data, methods, settings, reference)
+    exact = _exact_available(spec, reference)
+    ref_method = None if exact else (DEFAULT_METHOD if reference in ("auto", "exact") else reference)
+    run = functools.partial(_fit_method, spec if spec is not None else model, data, settings,
+                            dict(options=options, seed=seed, progress=progress))
+    results, notes, failures = {}, [], {}
+    for method in methods + ([ref_method] if ref_method is not None and ref_method not in methods else []):
+        run(method, results, failures, required=method == ref_method)
+    ref_moments = ref_draws = None
+    if exact:
+        if not results:
+            raise ValueError(f"every method failed: {'; '.join(f'{k}: {v}' for k, v in failures.items())}")
+        try:
+            ref_moments, reference_name = _exact_moments(spec, next(iter(results.values()))), "exact"
+        except ValueError as error:
+            if reference == "exact":
+                raise
+            notes.append(f"no exact posterior for these options ({error}); the reference is {DEFAULT_METHOD}")
+            ref_method = DEFAULT_METHOD
+            if ref_method not in results:
+                run(ref_method, results, failures, required=True)
+    if ref_moments is None:
+        reference_name, r_hat = ref_method, results[ref_method].info.get("max_r_hat", float("nan"))
+        if r_hat > RHAT_MAX:
+            notes.append(f"the reference's chains disagree (max r_hat {r_hat:.3g} > {RHAT_MAX}): its marginals are not "
+                         "a trustworthy reference (a multimodal posterior, or too few draws), nor the divergences "
+                         "measured against them")
+        ref_draws = _element_draws(results[ref_method])
+        ref_moments = {k: (float(v.mean()), float(v.std(ddof=1))) for k, v in ref_draws.items()}
+    table = _table(results, reference_name, ref_moments, ref_draws)
+    summary = _summary(results, reference_name, table, test, notes, failures)
+    loo = _loo(results, notes)
+    title = spec.name if spec is not None else getattr(model, "__name__", "model")
+    return Comparison(results, reference_name, ref_moments, ref_draws or {}, table, summary, loo, notes, title)
+
+
+def _fit_method(model, data, settings: dict, common: dict, method: str, results: dict, failures: dict,
+                required: bool) -> None:
+    """``results[method]``: the method's fit; where it fails on the model (a Hessian that is not positive definite,
+    a loss gone NaN: a ValueError), the reason in ``failures[method]``, an answer to "which method" too; the
+    reference's failure is raised."""
+    try:
+        results[method] = fit(model, data, inference=method, **common, **settings.get(method, {}))
+    except ValueError as error:
+        if required:
+            raise
+        failures[method] = str(error).split("\n")[0]
+
+
+def _check_methods(spec, model, data, methods: list, settings: dict, reference: str) -> None:
+    """Every method and its settings checked before anything runs, by the registry's own check
+    (:func:`~pyro_bdl.registry.resolve`; a user's program: its traits read from one trace against what each method
+    refuses)."""
+    if not methods:
+        raise ValueError("compare needs at least one method")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods named twice: {', '.join(sorted({m for m in methods if methods.count(m) > 1}))}")
+    known = set(methods) | {DEFAULT_METHOD if reference in ("auto", "exact") else reference}  # the reference's too
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"settings for {', '.join(unknown)}, which is not among the methods ({', '.join(methods)}) "
+                         "nor the reference")
+    if spec is None and reference == "exact":
+        raise ValueError("reference='exact' needs a zoo model with an exact posterior; a user's model is compared "
+                         "with NUTS (reference='auto')")
+    if spec is not None and reference == "exact" and spec.hooks.exact_posterior is None:
+        raise ValueError(f"model '{spec.name}' has no exact posterior; use reference='auto' (NUTS)")
+    # the reference's method too: a NUTS reference where the model has no exact posterior for these options
+    candidate = DEFAULT_METHOD if reference == "auto" else None if reference == "exact" else reference
+    checked = methods + ([candidate] if candidate is not None and candidate not in methods else [])
+    traits = None
+    if spec is None:
+        if not callable(model):
+            raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
+        bound, kwargs = bind_arguments(model, data.model_kwargs() if isinstance(data, Dataset) else data)
+        traits = model_traits(bound, kwargs)
+    for method in checked:
+        given = dict(settings.get(method, {}))
+        plan = resolve(spec, method, given.pop("guide", None), given)
+        refused = plan.method.refuses & traits if traits is not None else set()
+        if refused:
+            raise ValueError(f"inference '{method}' does not suit this model: it is {', '.join(sorted(refused))}"
+                             + ("" if method in methods else " (it would be the reference: name another with "
+                                                               "reference=...)"))
+
+
+def _exact_available(spec, reference: str) -> bool:
+    return spec is not None and spec.hooks.exact_posterior is not None and reference in ("auto", "exact")
+
+
+def _exact_moments(spec, result) -> dict:
+    """The model's exact posterior on the data it saw, as site element -> (mean, sd); a ValueError where these
+    options have none."""
+    exact = spec.hooks.exact_posterior(**result.standardized_data, **result.record.options)
+    out = {}
+    for site, (mean, sd) in exact.items():
+        mean, sd = torch.as_tensor(mean).double().reshape(-1), torch.as_tensor(sd).double().reshape(-1)
+        scalar = torch.as_tensor(exact[site][0]).dim() == 0
+        for j in range(len(mean)):
+            out[site if scalar else f"{site}[{j}]"] = (float(mean[j]), float(sd[j]))
+    return out
+
+
+def _element_draws(result) -> dict:
+    """Site element -> 1-D float64 array of its draws, chains together, named as :func:`compare_methods` names rows."""
+    out = {}
+    for site, value in result.samples.items():
+        flat = value.detach().reshape(value.shape[0] * value.shape[1], -1).double().cpu().numpy()
+        for j in range(flat.shape[1]):
+            out[site if value[0, 0].dim() == 0 else f"{site}[{j}]"] = flat[:, j]
+    return out
+
+
+def _table(results: dict, reference: str, ref_moments: dict, ref_draws: dict | None) -> pd.DataFrame:
+    """One row per method (the reference's own fit aside) and reference site element."""
+    from scipy.stats import wasserstein_distance
+
+    judged = {k: r for k, r in results.items() if k != reference}
+    moments = compare_methods(judged) if judged else pd.DataFrame()
+    rows = []
+    for label, result in judged.items():
+        draws = _element_draws(result)
+        for element, (m_ref, s_ref) in ref_moments.items():
+            if element not in draws:
+                continue
+            mean, sd = moments.loc[element, (label, "mean")], moments.loc[element, (label, "sd")]
+            row = {"method": label, "element": element, "mean": mean, "sd": sd, "ref_mean": m_ref, "ref_sd": s_ref,
+                   "mean_error": (mean - m_ref) / s_ref, "sd_ratio": sd / s_ref if np.isfinite(sd) else np.nan,
+                   "divergence": np.nan, "divergence_kind": "point (mean error only)"}
+            if not result.point_estimate and len(draws[element]) > 1:
+                if ref_draws:
+                    row["divergence"] = wasserstein_distance(draws[element], ref_draws[element]) / s_ref
+                    row["divergence_kind"] = "W1 / ref sd"
+                else:
+                    row["divergence"] = math.hypot(mean - m_ref, sd - s_ref) / s_ref
+                    row["divergence_kind"] = "Gaussian W2 / ref sd"
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["method", "element", "mean", "sd", "ref_mean", "ref_sd", "mean_error",
+                                       "sd_ratio", "divergence", "divergence_kind"])
+
+
+def _summary(results: dict, reference: str, table: pd.DataFrame, test, notes: list, failures: dict) -> pd.DataFrame:
+    """One row per method: mean and max divergence, max |mean error|, held-out metrics, seconds."""
+    rows = []
+    for label, result in results.items():
+        part = table[table["method"] == label]
+        row = {"method": label + (" (reference)" if label == reference else ""),
+               "mean_divergence": part["divergence"].mean() if len(part) else np.nan,
+               "max_divergence": part["divergence"].max() if len(part) else np.nan,
+               "max_abs_mean_error": part["mean_error"].abs().max() if len(part) else np.nan}
+        if test is not None:
+            try:
+                row.update({k if k.startswith("test") else f"test_{k}": v for k, v in evaluate_fit(result, test).items()
+                            if k != "test_rows"})
+            except (ValueError, TypeError) as error:
+                notes.append(f"{label}: no held-out metrics ({error})")
+        row.update({k: result.info[k] for k in SAMPLER_CHECKS if k in result.info})  # is the reference sound?
+        row["seconds"] = result.record.wall_seconds
+        rows.append(row)
+    for label, reason in failures.items():
+        rows.append({"method": f"{label} (failed)"})
+        notes.append(f"{label} failed: {reason}")
+    return pd.DataFrame(rows)
+
+
+def _loo(results: dict, notes: list) -> pd.DataFrame | None:
+    """``compare_loo`` of the fits, its warnings kept as notes; None (with the reason) where it cannot be."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            loo = compare_loo(results)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            notes.append(f"no PSIS-LOO comparison: {error}")
+            loo = None
+    notes.extend(str(w.message) for w in caught if w.category is UserWarning and "compare_loo" in str(w.message))
+    if loo is not None and loo["elpd_loo"].isna().any():
+        notes.append(f"PSIS-LOO gave no estimate (NaN) for {', '.join(loo.index[loo['elpd_loo'].isna()])}: its "
+                     "importance weights failed (draws far from the posterior: heavy tails the Pareto fit cannot take)")
+    return loo
