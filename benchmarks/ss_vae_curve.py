@@ -21,6 +21,9 @@ unlabelled images are worth.
 
     python benchmarks/ss_vae_curve.py --seeds 3 --out benchmarks/results      # MNIST, one thread (an hour or so)
     python benchmarks/ss_vae_curve.py --quick --out /tmp/q                     # the embedded digits: a smoke run
+
+With ``--out``, the rows are saved after each seed and size; run the same command again after an interruption and
+the finished ones are kept.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ss_vae import MNIST, classifier_alone, keep_labels  # noqa: E402  (the same label selection and baseline)
 
 COLUMNS = ["seed", "unlabelled", "method", "test_accuracy", "seconds"]
+#: The table's methods, in its order (the rows named "active units" count M1's units, not an accuracy).
+METHODS = ("the classifier on the labels alone", "logistic regression on M1's codes", "M2", "M1+M2")
 
 
 def subset(train, labels: torch.Tensor, unlabelled: int, seed: int):
@@ -65,7 +70,9 @@ def m1_m2(semi, test, args, seed: int) -> dict:
     m1 = pyro_bdl.fit("vae", pyro_bdl.Dataset("images", semi.X, None), inference="svi", seed=seed, progress=False,
                       options={"latent_dim": args.m1_latent, "hidden": tuple(args.m1_hidden)}, epochs=args.m1_epochs)
     units = active_units(m1, semi)
-    units = units if len(units) else None  # a VAE fitted for a few steps: every unit
+    if not len(units):  # a VAE fitted for a few steps, or collapsed: every unit, said
+        print(f"M1 has no active unit (seed {seed}, {len(semi)} images): M2 runs on all its units", flush=True)
+        units = None
     train_codes, test_codes = codes(m1, semi, units), codes(m1, test, units)
     m1_seconds = time.perf_counter() - start
     known = semi.y >= 0
@@ -104,21 +111,24 @@ def data(args, seed: int):
     return mnist_split(args.data, seed=seed)
 
 
-def run(args) -> list[dict]:
-    """Every (seed, unlabelled size, method) row, in order."""
-    rows = []
+def run(args, done: list[dict] | None = None, save=None) -> list[dict]:
+    """Every (seed, unlabelled size, method) row, in order.  ``done``: rows of an interrupted run (a seed's and
+    size's rows are not recomputed); ``save(rows)`` is called after each seed and size."""
+    rows = list(done or [])
     for seed in args.seeds:
         train, test = data(args, seed)
         labels = keep_labels(train.y, args.per_class, seed)
-        start = time.perf_counter()
-        alone = classifier_alone(train.X[labels >= 0], labels[labels >= 0], args.m1_hidden[0], steps=args.alone_steps,
-                                 seed=seed)
-        with torch.no_grad():
-            accuracy = float((alone(test.X) == test.y.long()).double().mean())
-        if not args.no_alone:
+        if not args.no_alone and not any(r["seed"] == seed and r["unlabelled"] == 0 for r in rows):
+            start = time.perf_counter()
+            alone = classifier_alone(train.X[labels >= 0], labels[labels >= 0], args.m1_hidden[0],
+                                     steps=args.alone_steps, seed=seed)
+            with torch.no_grad():
+                accuracy = float((alone(test.X) == test.y.long()).double().mean())
             rows.append({"seed": seed, "unlabelled": 0, "method": "the classifier on the labels alone",
                          "test_accuracy": accuracy, "seconds": time.perf_counter() - start})
         for size in args.unlabelled:
+            if any(r["seed"] == seed and r["unlabelled"] == size for r in rows):
+                continue  # done before the run was interrupted
             semi = subset(train, labels, size, seed)
             for method, (value, seconds) in m1_m2(semi, test, args, seed).items():
                 rows.append({"seed": seed, "unlabelled": size, "method": method, "test_accuracy": value,
@@ -129,7 +139,19 @@ def run(args) -> list[dict]:
                              "seconds": seconds})
             print(" ".join(f"{r['method']}={r['test_accuracy']:.3f}" for r in rows if r["seed"] == seed
                            and r["unlabelled"] == size), f"(seed {seed}, {size} unlabelled)", flush=True)
+            if save is not None:
+                save(rows)
     return rows
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """The rows as CSV, written whole to a temporary file and moved into place (never half-written)."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
 
 
 def read_rows(paths) -> list[dict]:
@@ -146,10 +168,13 @@ def table(rows: list[dict]) -> str:
     """Markdown: per method and unlabelled size, the mean +- standard error of the test accuracy over the seeds."""
     lines = ["| method | unlabelled images | test accuracy (mean +- se) | per seed | seconds (mean) |",
              "|---|---|---|---|---|"]
-    keys = dict.fromkeys((r["method"], r["unlabelled"]) for r in rows if r["method"] != "active units")
+    order = {m: i for i, m in enumerate(METHODS)}
+    keys = sorted(dict.fromkeys((r["method"], r["unlabelled"]) for r in rows if r["method"] in order),
+                  key=lambda key: (order[key[0]], key[1]))
     for method, size in keys:
         values = np.array([r["test_accuracy"] for r in rows if (r["method"], r["unlabelled"]) == (method, size)])
-        seconds = np.mean([r["seconds"] for r in rows if (r["method"], r["unlabelled"]) == (method, size)])
+        seconds = [r["seconds"] for r in rows if (r["method"], r["unlabelled"]) == (method, size)]
+        seconds = np.nanmean(seconds) if not np.isnan(seconds).all() else float("nan")  # nan: not recorded
         se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
         lines.append(f"| {method} | {size:,} | {values.mean():.3f} +- {se:.3f} | "
                      f"{', '.join(f'{v:.3f}' for v in values)} | {seconds:.0f} |")
@@ -221,19 +246,21 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     start = time.perf_counter()
-    rows = read_rows(args.merge) if args.merge else run(args)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        rows = read_rows(args.merge)
+    else:  # an interrupted run's rows in --out are kept, and its finished seeds and sizes not recomputed
+        done = read_rows([out / "ss_vae_curve.csv"]) if out and (out / "ss_vae_curve.csv").exists() else []
+        rows = run(args, done, save=(lambda r: write_rows(r, out / "ss_vae_curve.csv")) if out else None)
     text = table(rows)
     header = (f"`python benchmarks/ss_vae_curve.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
               f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.perf_counter() - start:.0f} s)")
     print(header + "\n\n" + text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out:
         (out / "ss_vae_curve.md").write_text(header + "\n\n" + text + "\n")
-        with open(out / "ss_vae_curve.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(rows, out / "ss_vae_curve.csv")
         plot(rows, out / "ss_vae_curve.png")
 
 

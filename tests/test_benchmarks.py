@@ -369,6 +369,18 @@ def test_ss_vae_curve_quick_run_writes_the_table_and_the_figure(tmp_path):
     assert (tmp_path / "ss_vae_curve.png").stat().st_size > 10_000
     merged = run_script("benchmarks/ss_vae_curve.py", "--merge", str(tmp_path / "ss_vae_curve.csv"), cwd=tmp_path)
     assert table.split("\n\n", 1)[1] in merged  # the same table from the rows written (runs split over processes)
+    # resumed: a seed and size in the CSV are not recomputed (seed 1's rows kept from the first run, seed 1 at 1000
+    # dropped and redone)
+    kept = [r for r in rows[1:] if not r.startswith("1,1000,")]
+    (tmp_path / "ss_vae_curve.csv").write_text("\n".join([rows[0], *kept]) + "\n")
+    again = run_script("benchmarks/ss_vae_curve.py", "--quick", "--seeds", "0", "1", "--out", str(tmp_path),
+                       cwd=tmp_path)
+    assert "(seed 1, 1000 unlabelled)" in again and "(seed 0, 200 unlabelled)" not in again
+    redone = (tmp_path / "ss_vae_curve.csv").read_text().splitlines()
+    first = [line.split(",")[:4] for line in [rows[0], *kept]]  # seed, size, method and accuracy kept as they were
+    assert [line.split(",")[:4] for line in redone[:len(kept) + 1]] == [f[:3] + [str(float(f[3]))] if i else f
+                                                                       for i, f in enumerate(first)]
+    assert len(redone) == len(rows)
 
 
 def test_ss_vae_training_quick_run_prints_the_curve(tmp_path):
@@ -505,3 +517,14 @@ def test_laplace_calibration_quick_run_writes_its_table_and_diagnosis(tmp_path):
     assert "| iris | 112 / 38 | 3 | 0 | `map` (quick) |" in text, text  # kept when the diagnosis run rewrote the file
     assert "- `laplace-ggn`: ECE within the calibrated model's 95% quantile in" in text, text
     assert "## Diagnosis" in text and "the marginal likelihood's prior precision delta = " in text, text
+
+
+def test_compare_examples_quick_run_writes_the_three_reports(tmp_path):
+    """benchmarks/compare_examples.py --quick: a report folder per case (blr against exact, the user's eight schools
+    and the network against NUTS)."""
+    out = run_script("benchmarks/compare_examples.py", "--quick", "--out", str(tmp_path), cwd=tmp_path)
+    for case, reference in (("blr", "exact"), ("eight_schools", "nuts"), ("bnn_sine", "nuts")):
+        assert f"{case}: reference {reference}" in out, out
+        written = {p.name for p in (tmp_path / f"compare_{case}").iterdir()}
+        assert {"report.md", "marginals.png", "table.csv", "summary.csv"} <= written, written
+    assert "test_ll" in (tmp_path / "compare_bnn_sine" / "summary.csv").read_text()
