@@ -19,8 +19,8 @@ Kingma et al. (2014, Table 1, 100 labels, 50,000 unlabelled images): M2 11.97% e
 differ (at most 7,900 unlabelled images, drawn from the official test set): the curve over U measures what the
 unlabelled images are worth.
 
-    python benchmarks/ss_vae_curve.py --seeds 3 --out benchmarks/results      # MNIST, one thread (an hour or so)
-    python benchmarks/ss_vae_curve.py --quick --out /tmp/q                     # the embedded digits: a smoke run
+    python benchmarks/ss_vae_curve.py --out benchmarks/results      # MNIST, seeds 0-2, one thread (hours)
+    python benchmarks/ss_vae_curve.py --quick --out /tmp/q          # the embedded digits: a smoke run
 
 With ``--out``, the rows are saved after each seed and size; run the same command again after an interruption and
 the finished ones are kept.
@@ -226,10 +226,9 @@ def main(argv=None) -> None:
     parser.add_argument("--m1-epochs", type=int, default=300, help="at most (the method stops early on its "
                         "held-out rows)")
     parser.add_argument("--m1-latent", type=int, default=50)
-    # 0: the committed 3-seed table; 20 epochs gave seed 0 M1+M2 0.867 against 0.845 (RESULTS.md, "M1+M2")
+    # 0: the committed table's setting; 20 is the lead to check on all seeds (benchmarks/RESULTS.md, "M1+M2")
     parser.add_argument("--m1-kl-warmup", type=int, default=0, help="M1's KL warm-up, epochs (svi's kl_warmup)")
-    # two layers of 600 (the paper's M1): 7 active units, logistic regression on the codes 0.799; one of 400: 23,
-    # 0.744 (seed 0, 7,900 unlabelled)
+    # two layers of 600 (the paper's M1): better codes than one of 400 (benchmarks/RESULTS.md, "M1+M2")
     parser.add_argument("--m1-hidden", type=int, nargs="+", default=[600, 600])
     parser.add_argument("--m2-epochs", type=int, default=100)
     parser.add_argument("--m2-latent", type=int, default=50)

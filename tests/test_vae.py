@@ -498,6 +498,9 @@ def test_codes_are_an_amortised_fits_posterior_means_as_a_data_set():
     semi = pyro_bdl.fit("ss-vae", inference="svi", options={"latent_dim": 2, "hidden": 8}, epochs=1, progress=False)
     with pytest.raises(ValueError, match="one local latent site"):
         codes(semi, rows)
+    blr = pyro_bdl.fit("blr", inference="map", steps=50, progress=False)
+    with pytest.raises(ValueError, match="no amortised encoder"):
+        codes(blr, rows)
 
 
 def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():

@@ -31,14 +31,16 @@ q(y | x) away from the labels, and a heavy classification term is what keeps it 
 
 **M1+M2** (the paper's best model): M2 with ``likelihood="gaussian"`` on the codes of a VAE (M1) fitted first on
 all the images, labelled or not; a code is the mean of M1's :math:`q(z_1 \mid x)`
-(:func:`pyro_bdl.posterior.amortised.codes`), and a new image is classified by :math:`q_\phi(y \mid z_1)` at its
+(:func:`pyro_bdl.posterior.amortised.codes`, on the units :func:`~pyro_bdl.posterior.amortised.active_units`
+keeps), and a new image is classified by :math:`q_\phi(y \mid z_1)` at its
 code.  The two stages, as ``benchmarks/ss_vae_curve.py`` runs them (units whose means do not vary, the VAE's
 inactive ones, left out)::
 
     m1 = pyro_bdl.fit("vae", images, inference="svi", options={"latent_dim": 50, "hidden": (600, 600)})
-    train_codes = codes(m1, semi)                       # labels kept, -1 where unknown
+    units = active_units(m1, semi)                      # the units M1 uses
+    train_codes = codes(m1, semi, units)                # labels kept, -1 where unknown
     m2 = pyro_bdl.fit("ss-vae", train_codes, inference="svi", options={"likelihood": "gaussian"})
-    m2.predict(codes(m1, test).X)                       # q(y | z1) per test image
+    m2.predict(codes(m1, test, units).X)                # q(y | z1) per test image
 
 Example
 -------

@@ -114,6 +114,9 @@ def active_units(result, data: Dataset, threshold: float = ACTIVE_VARIANCE) -> t
 
 
 def _one_latent(result, data: Dataset) -> dict:
+    if result.spec is None or not result.spec.data.local_latents:
+        raise ValueError("codes need an amortised fit of a zoo model with one local latent site (a VAE's z); this "
+                         "fit has no amortised encoder")
     found = latents(result, data.X)
     if len(found) != 1:
         raise ValueError(f"codes need a model with one local latent site; {result.spec.name} has {sorted(found)}")
