@@ -26,7 +26,8 @@ geometric-mean ratio.  ``--save FILE`` / ``--load FILE`` keep the steps.
 
 Example: ``python benchmarks/compile_threshold.py`` (a few minutes), ``--quick`` (the smoke test),
 ``--replay --save steps.json`` (~10 min), ``--replay --load steps.json --thresholds 20000 30000``.
-Results: benchmarks/RESULTS.md, "NUTS speed".
+Results: benchmarks/RESULTS.md, "NUTS speed" (the threshold in force); the runs that chose it:
+benchmarks/history/nuts_speed.md.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Member(NamedTuple):
 
 
 #: Microseconds per batched leapfrog step, traced (static runtime) / compiled, per kind: rounded from the three-way
-#: runs' own table (benchmarks/RESULTS.md, "a draw's start", the slower host); "regression" sits between its
+#: runs' own table (benchmarks/history/nuts_speed.md, "a draw's start", the slower host); "regression" sits between its
 #: neighbours.
 STEP_COST_US = {"logistic": (645, 470), "hierarchical": (515, 185), "bnn": (330, 90), "regression": (580, 330)}
 #: A compile's fixed cost in seconds: a model compiled before (inductor's on-disk cache), a later compile in a

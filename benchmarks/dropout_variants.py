@@ -6,7 +6,8 @@ seed ``--seed`` and the method's defaults otherwise.  Each row: test accuracy, N
 density), ECE (15 bins), the dropout rate per layer (``info["dropout_p"]``: the fixed ``p`` or concrete dropout's
 learned rates) and the wall time of fit and evaluation.  The rows are printed and written as a markdown table to
 ``--out`` (default benchmarks/results/dropout_variants_digits.md) with the command, date and machine; the UCI rows
-come from ``benchmarks/uci_regression.py`` (benchmarks/results/dropout_variants.md has both).
+come from ``pyro-bdl bench uci`` (then ``benchmarks/uci_regression.py``, which it replaced;
+benchmarks/results/dropout_variants.md has both).
 
 ``--sine``: also ``bnn-regressor`` on ``sine`` (200 rows), each row the coverage of the central 90% predictive
 interval at 1000 fresh points from the data's curve and noise on its two intervals (binomial sd 0.0095 for a

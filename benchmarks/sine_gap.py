@@ -30,7 +30,7 @@ curves, gap widths and places, noise levels and sizes).  One line per fit:
 
 For a single hidden ReLU layer, a mean-field Gaussian or MC dropout posterior cannot reach 2 (Foong et
 al. 2020: the variance between two inputs is at most the sum of the variances at them).  What the
-script measured is in benchmarks/RESULTS.md.
+script measured is in benchmarks/RESULTS.md (the settings withdrawn since: benchmarks/history/in_between.md).
 """
 
 from __future__ import annotations

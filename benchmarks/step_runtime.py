@@ -19,7 +19,8 @@ seconds to trace the potential (``make_fx`` of ``vmap(grad_and_value(U))`` as be
 ``aten_trace.trace_aten`` of ``vmap(U)`` and autograd) and each step with it (``make_fx`` of the step calling the
 potential's graph, as before, against ``compile.fusion.traced_with``: the step traced by ``trace_aten`` and the
 potential's graph spliced in), alternating rounds; and the seconds a new process takes to import ``torch._dynamo``, which ``make_fx`` needs and the traced
-path no longer imports.  Nothing is asserted; results: benchmarks/RESULTS.md, "static runtime" and "buffered forms".
+path no longer imports.  Nothing is asserted; results: benchmarks/history/nuts_speed.md, "static runtime" and
+"buffered forms".
 
 Example: ``python benchmarks/step_runtime.py`` (a few minutes), ``--quick`` (the smoke test).
 """

@@ -35,6 +35,8 @@ from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_fil
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
 from pyro_bdl.workflows.compare import check_report_folder, compare
+from pyro_bdl.workflows.uci_bench import DEFAULT_METHODS as UCI_METHODS
+from pyro_bdl.workflows.uci_bench import default_root, run_uci
 
 __all__ = ["main", "parse_key_values"]
 
@@ -261,6 +263,41 @@ def _cmd_compare(args) -> None:
     print(f"reference: {result.reference}; wrote {', '.join(files)} to {args.out}")
 
 
+def _cmd_bench_uci(args) -> None:
+    """The UCI regression table (:mod:`pyro_bdl.workflows.uci_bench`): every split a fit per method, resumable."""
+    root = args.root or default_root()
+    if root is None:
+        raise ValueError("no UCI folder: give --root (the folder holding bostonHousing, concrete, ...) or set "
+                         "$PYRO_BDL_UCI")
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
+    methods = [m.strip() for m in args.methods.split(";" if ":" in args.methods else ",") if m.strip()]
+    command = "pyro-bdl " + " ".join(args.argv if args.argv is not None else sys.argv[1:])
+    run_uci(root, args.out, datasets, methods, args.splits, jobs=args.jobs, seed=args.seed,
+            progress=not args.no_progress, force=args.force, command=command)
+    print(f"wrote uci.md, uci.csv, uci.png and rows.csv to {args.out}")
+
+
+def _add_bench_parser(sub) -> None:
+    """``pyro-bdl bench``'s arguments: one sub-command per published table."""
+    bench = sub.add_parser("bench", help="reproduce a paper's table (uci: the UCI regression benchmark)")
+    tables = bench.add_subparsers(dest="table", required=True)
+    p = tables.add_parser("uci", help="the UCI regression table: every method on every split, beside the published "
+                                      "columns (uci.md, uci.csv, uci.png, rows.csv)")
+    p.add_argument("--root", help="folder holding the data set folders (default: $PYRO_BDL_UCI, else "
+                                  "../shared/data/uci when present)")
+    p.add_argument("--datasets", help="comma-separated folder names (default: all under --root)")
+    p.add_argument("--methods", default=",".join(UCI_METHODS),
+                   help=f"comma-separated methods (default {','.join(UCI_METHODS)}); with settings, separate them "
+                        "by ';': 'svi;mc-dropout:mask=weight'")
+    p.add_argument("--splits", type=int, help="the first N splits of each set (default: all, 20; 5 for protein)")
+    p.add_argument("--jobs", type=int, default=1, help="fits in parallel processes (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder; a folder of an earlier run goes on where it stopped")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds other files")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(run=_cmd_bench_uci)
+
+
 SAMPLE_FORMATS = (".npz", ".csv", ".png")
 
 
@@ -414,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_active_learn)
 
     _add_compare_parser(sub)
+    _add_bench_parser(sub)
     return parser
 
 

@@ -69,7 +69,8 @@ def test_arguments_and_results_must_be_tensors():
 
 
 def test_a_nuts_fit_imports_neither_dynamo_nor_inductor(tmp_path):
-    """torch._dynamo takes 1.6-2.9 s to import on this machine (benchmarks/RESULTS.md): a traced fit does without."""
+    """torch._dynamo takes 1.6-2.9 s to import on this machine (benchmarks/history/nuts_speed.md): a traced fit does
+    without."""
     code = textwrap.dedent("""
         import sys, pyro_bdl
         pyro_bdl.fit("blr", data="linear", inference="nuts", samples=50, warmup=50, progress=False)

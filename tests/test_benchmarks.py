@@ -248,17 +248,6 @@ def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_
     assert bad.returncode == 2 and "indices in 0..11" in bad.stderr
 
 
-def test_uci_script_runs_the_default_fits_and_reports_them(tmp_path):
-    write_uci(tmp_path / "uci" / "toy")
-    out = run_script("benchmarks/uci_regression.py", "--root", str(tmp_path / "uci"), "--datasets", "toy",
-                     "--splits", "0", "1", "--methods", "mc-dropout", cwd=tmp_path)
-    fits = [line.split() for line in out.splitlines() if " split " in line]
-    assert [(f[0], f[2], f[3]) for f in fits] == [("toy", "0", "mc-dropout:"), ("toy", "1", "mc-dropout:")], out
-    assert all(math.isfinite(float(f[5])) and math.isfinite(float(f[7])) for f in fits), out  # RMSE, LL
-    (row,) = [line.split() for line in out.splitlines() if line.split()[:2] == ["toy", "mc-dropout"]]
-    assert math.isfinite(float(row[2])) and math.isfinite(float(row[5])), out  # mean RMSE and LL over the splits
-
-
 def test_dropout_variants_script_writes_the_digits_rows(tmp_path):
     """benchmarks/dropout_variants.py at the quick settings: one row per method spec (DropConnect's setting passed
     through), the learned rate per layer for concrete dropout, the table written; a bad spec is refused."""

@@ -1,5 +1,6 @@
 r"""The UCI regression benchmark layout (the folders of the MC dropout experiments): :func:`load_uci` reads one
-train/test split of a folder in original units, :func:`uci_splits` counts its splits.
+train/test split of a folder in original units, :func:`uci_splits` counts its splits, :func:`uci_protocol` reads the
+protocol's settings the folder carries (hidden width, epochs, the MC dropout grids).
 
 A folder holds ``data.txt`` (whitespace-separated numbers, one row per line), ``index_features.txt`` and
 ``index_target.txt`` (0-based columns), ``index_train_K.txt`` and ``index_test_K.txt`` (0-based rows of split K) and,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,7 @@ import torch
 
 from pyro_bdl.data.table import DataError, Dataset
 
-__all__ = ["load_uci", "uci_splits"]
+__all__ = ["load_uci", "uci_splits", "UciProtocol", "uci_protocol"]
 
 
 def _need_file(folder: Path, name: str) -> Path:
@@ -174,3 +176,65 @@ def load_uci(folder: str | Path, split: int = 0) -> tuple[Dataset, Dataset]:
         return Dataset(f"{folder.name}[split {split}] {label}", X, y, list(names), "y")
 
     return part(train, "train"), part(test, "test")
+
+
+@dataclass(frozen=True)
+class UciProtocol:
+    """The settings of the standard protocol a UCI folder carries (each file optional).
+
+    Attributes
+    ----------
+    splits : the number of train/test splits (:func:`uci_splits`).
+    hidden : ``n_hidden.txt``, the one hidden layer's width (default 50; the protocol's 100 for protein).
+    epochs : ``n_epochs.txt``, the published runs' training epochs (None when absent; reported, not used by the zoo,
+        whose methods train by their own settings).
+    dropout_rates, tau_values : ``dropout_rates.txt`` and ``tau_values.txt``, the grids of dropout rate and model
+        precision tau (in the target's original units, 1 / noise variance) searched per split in Gal &
+        Ghahramani's experiments (empty when absent).
+    """
+
+    splits: int
+    hidden: int = 50
+    epochs: int | None = None
+    dropout_rates: tuple[float, ...] = ()
+    tau_values: tuple[float, ...] = ()
+
+
+def _optional_numbers(folder: Path, name: str, kind=float) -> tuple:
+    path = folder / name
+    if not path.is_file():
+        return ()
+    values = []
+    for tok in path.read_text().split():
+        try:
+            value = kind(tok) if kind is float else int(float(tok))
+        except ValueError:
+            raise DataError(f"{path}: {tok!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise DataError(f"{path}: {tok!r} must be a finite number > 0")
+        values.append(value)
+    return tuple(values)
+
+
+def uci_protocol(folder: str | Path) -> UciProtocol:
+    """The protocol settings of a UCI benchmark folder (:class:`UciProtocol`); a :class:`DataError` naming the file
+    for a malformed one.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "n_splits.txt").write_text("20")
+    >>> _ = (folder / "dropout_rates.txt").write_text("0.005 0.01\\n")
+    >>> uci_protocol(folder)
+    UciProtocol(splits=20, hidden=50, epochs=None, dropout_rates=(0.005, 0.01), tau_values=())
+    """
+    folder = Path(folder)
+    splits = uci_splits(folder)
+    single = {}
+    for name, key in (("n_hidden.txt", "hidden"), ("n_epochs.txt", "epochs")):
+        values = _optional_numbers(folder, name, int)
+        if len(values) > 1:
+            raise DataError(f"{folder / name}: expected one positive integer, found {len(values)} numbers")
+        if values:
+            single[key] = values[0]
+    return UciProtocol(splits, dropout_rates=_optional_numbers(folder, "dropout_rates.txt"),
+                       tau_values=_optional_numbers(folder, "tau_values.txt"), **single)

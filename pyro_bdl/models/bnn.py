@@ -87,7 +87,7 @@ def bnn_classifier(X, y=None, num_classes=None, hidden=(50,), activation="relu",
 #: epistemic sd in the middle of a gap is at least twice that where the data lie, on ``sine`` and, wherever
 #: the fit follows the curve, on two generated families of other gap problems (benchmarks/sine_gap.py
 #: --family).  The tables, and the settings once recommended here for svi, svi-meanfield and mc-dropout
-#: (2x on sine, not on the family), are in benchmarks/RESULTS.md.
+#: (2x on sine, not on the family), are in benchmarks/RESULTS.md and benchmarks/history/in_between.md.
 IN_BETWEEN = {
     "ensemble": {"options": {}, "settings": {}},
 }
@@ -113,6 +113,12 @@ def in_between_note() -> str:
     return "\n".join(lines)
 
 
+def uci_options(hidden: int, noise: float | None = None) -> dict:
+    """The options of the standard UCI regression protocol (Hernandez-Lobato & Adams 2015; ``pyro-bdl bench uci``):
+    one hidden layer of ``hidden`` units, the noise sd fixed at ``noise`` (standardised units) or inferred."""
+    return {"hidden": (int(hidden),), **({} if noise is None else {"noise": float(noise)})}
+
+
 _COMMON = {
     "hidden": Option((50,), "hidden layer widths, e.g. 50 or 50,50", hidden_widths),
     "activation": Option("relu", f"one of {', '.join(ACTIVATIONS)}", str),
@@ -136,6 +142,7 @@ register(ModelSpec(
     notes=in_between_note(),
     data=network_data(),
     inference=NETWORK_INFERENCE,
+    protocols={"uci": uci_options},
 ))
 register(ModelSpec(
     name="bnn-classifier",

@@ -6,7 +6,7 @@ inside the function are recorded as the operations they run).  It gives the grap
 (placeholders for the arguments, ``get_attr`` buffers for tensors made outside the function, ``meta["val"]`` with
 each result's shape, strides and dtype, on the meta device) but imports neither ``torch._dynamo`` nor
 ``torch._inductor``, which ``make_fx`` does (seconds, once per process: the larger part of a short NUTS fit in a
-fresh process; benchmarks/RESULTS.md, "without torch._dynamo").
+fresh process; benchmarks/history/nuts_speed.md, "without torch._dynamo").
 
 What it records is what ran: a Python branch on a value, or a number read from a tensor (``.item()``), is taken
 as it was at the trace, as with ``make_fx``.  A tensor that reaches an operation and is neither an argument nor a
@@ -52,8 +52,8 @@ def trace_aten(function, *args) -> fx.GraphModule:
     """``function(*args)`` (tensors in, a tensor or a tuple of tensors out) as a graph module of ATen operations
     with one input per argument; see the module docstring.  The module generates its Python code when first called
     (or its ``code`` is read), not at each ``recompile()``, where torch can (``torch.fx``'s lazy graph module): the
-    sampler's steps change their graphs five or six times before running them (benchmarks/RESULTS.md, "without
-    torch._dynamo")."""
+    sampler's steps change their graphs five or six times before running them (benchmarks/history/nuts_speed.md,
+    "without torch._dynamo")."""
     recorder = _Recorder()
     for i, arg in enumerate(args):
         if not isinstance(arg, torch.Tensor):

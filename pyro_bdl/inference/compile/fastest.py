@@ -4,10 +4,10 @@ r"""The fastest working form of a batched function of tensors, checked against t
 (:func:`~pyro_bdl.inference.compile.aten_trace.trace_aten`, which needs no ``torch._dynamo``: whatever Python the
 function runs, it runs once, at the trace), and runs that graph compiled by ``torch.compile`` (``compile=True``;
 seconds to a minute) or as traced (``compile=False``: by the static runtime,
-:func:`~pyro_bdl.inference.compile.static_runtime.script`, built in well under a second; benchmarks/RESULTS.md).
-Each form is checked against the function's own outputs on the example; where a step fails (a function that reads
-values into Python, say), the next simpler form is used, with one :class:`PotentialCompileWarning` naming the
-failure: the traced graph without compiling, then the function itself.
+:func:`~pyro_bdl.inference.compile.static_runtime.script`, built in well under a second;
+benchmarks/history/nuts_speed.md).  Each form is checked against the function's own outputs on the example; where a
+step fails (a function that reads values into Python, say), the next simpler form is used, with one
+:class:`PotentialCompileWarning` naming the failure: the traced graph without compiling, then the function itself.
 
 Example
 -------

@@ -128,7 +128,7 @@ def fuse(step, graph: torch.fx.GraphModule, example: tuple, tensors: tuple, *, c
         fused = _fix_inputs((trace or traced_with)(step, example, tensors), fixed)
         if compile:  # inductor on the traced graph directly: no dynamo guards to check at every call
             runner = inductor(fused, (*example, *tensors), is_contiguous)
-        else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/RESULTS.md)
+        else:  # constants evaluated once, cheaper operations, the static runtime (benchmarks/history/nuts_speed.md)
             runner = script(fused, (*example, *tensors))
         check_same(runner(*example, *tensors), reference)
         return runner
@@ -249,7 +249,7 @@ def inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
     """``graph`` compiled by inductor for inputs like ``example``.  Where every input is contiguous (as the
     sampler passes them: its own tensors, the data made contiguous (:func:`contiguous_tensors`), and the outputs
     of the same steps), the per-call check of every input's sizes and strides is left out (a large part of a
-    small model's compiled step: benchmarks/RESULTS.md, "without stride checks"), unless an output comes out
+    small model's compiled step: benchmarks/history/nuts_speed.md, "without stride checks"), unless an output comes out
     non-contiguous (it could be fed back in)."""
     from torch._inductor import config
 
@@ -265,7 +265,7 @@ def inductor(graph: torch.fx.GraphModule, example: tuple, contiguous: bool):
 def _cached_compile(graph, example):
     """``graph`` compiled by inductor inside a tracing context whose fake mode has a shape environment, as
     ``torch.compile`` gives it: without one inductor bypasses its on-disk cache of compiled graphs ("No shape
-    env") and every new process compiles again (benchmarks/RESULTS.md, "on-disk cache")."""
+    env") and every new process compiles again (benchmarks/history/nuts_speed.md, "on-disk cache")."""
     from torch._inductor import compile as inductor_compile
 
     with _shape_env_context(), torch_quietly():  # (a null context on another torch: compiled each time, still correct)

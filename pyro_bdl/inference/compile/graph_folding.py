@@ -4,7 +4,7 @@ A model's potential traced to ATen operations (:func:`~pyro_bdl.inference.compil
 operation Pyro ran, including those whose values are fixed once the shapes are: the log of a constant noise scale
 broadcast to every row, ``zeros_like`` of a parameter for an identity transform's log-Jacobian, a constant turned
 into a tensor.  Whatever runs the traced step pays for
-every operation, so these cost real time on a small model (benchmarks/RESULTS.md, "NUTS speed").
+every operation, so these cost real time on a small model (benchmarks/history/nuts_speed.md, "NUTS speed").
 :func:`fold_constants` evaluates, once, every operation whose inputs are constants (and the tensor creators whose
 value follows from a shape: ``zeros_like``, ``new_zeros``, ``ones_like``, ``full_like``, ...), stores the result on
 the graph module, and drops additions of zeros and multiplications by ones where that changes neither shape nor
@@ -14,7 +14,7 @@ dtype.  Random and in-place operations are never folded.
 operand becomes a 0-dim tensor of the operand's dtype (a number is wrapped and cast at every call, which costs
 more than the operation), ``x ** 2`` becomes ``x * x``, the gradient of a flat vector read in slices becomes one
 ``cat`` instead of a zero tensor per slice added up, sums over size-1 dimensions and reshapes that give back their
-source go, a repeated operation is computed once (benchmarks/RESULTS.md, "static runtime"), and additions and
+source go, a repeated operation is computed once (benchmarks/history/nuts_speed.md, "static runtime"), and additions and
 ``isnan`` take the equivalent forms that the static runtime runs with reused output buffers.
 
 Example
@@ -210,9 +210,9 @@ def _constant(gm: fx.GraphModule, value: float, dtype: torch.dtype) -> fx.Node:
 
 def _scalars_as_tensors(gm: fx.GraphModule) -> None:
     """``x * 0.5`` -> ``x * c`` with ``c`` a 0-dim tensor of x's dtype, likewise +, -, /, comparisons, clamps and
-    masked fills: a Python number is wrapped and cast at every call (benchmarks/RESULTS.md, "static runtime");
-    ``x ** 2`` -> ``x * x``; a masked fill -> ``where`` (where no view, write or output depends on its strides, or
-    every operand is contiguous and of its shape)."""
+    masked fills: a Python number is wrapped and cast at every call (benchmarks/history/nuts_speed.md, "static
+    runtime"); ``x ** 2`` -> ``x * x``; a masked fill -> ``where`` (where no view, write or output depends on its
+    strides, or every operand is contiguous and of its shape)."""
     for node in list(gm.graph.nodes):
         out = _meta(node)
         if node.op != "call_function" or out is None:
@@ -348,7 +348,7 @@ def _drop_identity_views(graph: fx.Graph) -> None:
 
 def _buffered_forms(graph: fx.Graph) -> None:
     """Operations the static runtime of torch 2.13 runs without a reused output buffer, as equivalents it runs
-    with one (benchmarks/RESULTS.md, "a third of the time"), bit for bit the same values:
+    with one (benchmarks/history/nuts_speed.md, "a third of the time"), bit for bit the same values:
 
     - ``add(a, b, alpha=k)`` -> ``sub(a, b, alpha=-k)``: ATen's ``sub`` is its ``add`` kernel with alpha negated.
       ``b`` may be a Python number; ``sub`` refuses booleans, so additions with a boolean stay;
@@ -433,8 +433,8 @@ def _common_subexpressions(graph: fx.Graph) -> None:
 def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with cheaper operations for the same values (in place; returned): Python numbers as tensors,
     sums over size-1 dimensions and reshapes that change nothing removed, a flat vector's slice gradients
-    concatenated, common subexpressions computed once (benchmarks/RESULTS.md, "static runtime"), additions and
-    ``isnan`` in the forms the static runtime runs with reused buffers (:func:`_buffered_forms`)."""
+    concatenated, common subexpressions computed once (benchmarks/history/nuts_speed.md, "static runtime"), additions
+    and ``isnan`` in the forms the static runtime runs with reused buffers (:func:`_buffered_forms`)."""
     pure = _out_of_place(gm)
     _fold(gm)  # what writing out of place made constant (a full_like)
     _scalars_as_tensors(gm)

@@ -5,8 +5,8 @@ operations on tensors of a few dozen numbers, so their time is the per-operation
 :func:`script` simplifies the graph (:mod:`pyro_bdl.inference.compile.graph_folding`), traces it to TorchScript and hands
 it to PyTorch's static runtime (``torch._C._jit_to_static_module``), which runs the frozen graph with out-variants
 of the operations and a memory plan reused across calls, in less time a call than the TorchScript interpreter
-(benchmarks/RESULTS.md, "static runtime").  Where the static runtime is missing from the installed torch, fails to
-build, or disagrees with TorchScript on the example, the TorchScript function is returned.
+(benchmarks/history/nuts_speed.md, "static runtime").  Where the static runtime is missing from the installed torch,
+fails to build, or disagrees with TorchScript on the example, the TorchScript function is returned.
 
 Example
 -------

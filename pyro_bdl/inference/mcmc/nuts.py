@@ -99,7 +99,8 @@ def leaf(grad_and_value, zc, rc, gc, s_log_w, pz, pu, pg, s_r_sum, r_ckpts, r_su
     dh = energy_error(inverse_mass, u, r, h0)
     b = building
     zc, rc, gc = select(b, z, zc), select(b, r, rc), select(b, g, gc)
-    n_steps = torch.where(b, n_steps + 1, n_steps)  # not n_steps + b: slower traced (RESULTS.md, "a third of the time")
+    # not n_steps + b: slower traced (benchmarks/history/nuts_speed.md, "a third of the time")
+    n_steps = torch.where(b, n_steps + 1, n_steps)
     sum_accept = sum_accept + torch.where(b, torch.exp(torch.clamp(-dh, max=0.0)), torch.zeros_like(dh))
     # multinomial sampling within the subtree, one leaf at a time (uniform progressive sampling)
     new_log_w = torch.logaddexp(s_log_w, -dh)
@@ -218,8 +219,8 @@ def transition(dyn, z, u, g, step_size, generator, max_depth):
     Python only loops: the draw's start, each leaf and each merge (with the next subtree's start) are
     fused calls, and the uniforms of a subtree are drawn at once (its leaves', its merge's and the next
     direction's).  While every chain builds, a traced leaf runs with ``building`` fixed to true, its masks folded
-    away (the same values in fewer operations: benchmarks/RESULTS.md, "every chain building"), and while every
-    chain is active, a traced merge with ``active`` fixed; compiled steps have no such forms (a second compile
+    away (the same values in fewer operations: benchmarks/history/nuts_speed.md, "every chain building"), and while
+    every chain is active, a traced merge with ``active`` fixed; compiled steps have no such forms (a second compile
     costs seconds, a mask next to nothing)."""
     C, step_size = z.shape[0], step_size.to(z.dtype)
     eps = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)

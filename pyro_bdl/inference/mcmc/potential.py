@@ -16,8 +16,8 @@ with the data tensors as arguments) is handed to the compiler in one call
 (:func:`~pyro_bdl.inference.compile.fastest.fastest`), which traces it to one graph of tensor operations (Pyro's
 effect handlers run once, at the trace, not at every leapfrog step) and compiles that graph with ``torch.compile``
 (``compile=True``; seconds to a minute) or runs it traced (``compile=False``: by the static runtime, built in well
-under a second; benchmarks/RESULTS.md).  Where a step fails for a model (a model that reads values into Python,
-say), the next simpler form is used, with one warning naming the failure
+under a second; benchmarks/history/nuts_speed.md).  Where a step fails for a model (a model that reads values into
+Python, say), the next simpler form is used, with one warning naming the failure
 (:class:`~pyro_bdl.inference.compile.fastest.PotentialCompileWarning`): the traced graph without compiling, then
 eager ``vmap``, then a loop over chains.
 

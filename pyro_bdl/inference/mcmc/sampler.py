@@ -40,8 +40,8 @@ __all__ = ["sample", "Chains", "KERNELS", "COMPILE_AFTER_STEPS", "SAVE_EVERY_SEC
 
 #: compile="auto" compiles the fused steps when a run is projected to take more (batched) leapfrog steps than this
 #: (:func:`compile_now`); 55k: the family's median break-even once the traced steps ran by the static runtime, and
-#: the best of 25-70k on recorded runs replayed (benchmarks/RESULTS.md, "static runtime"); level with 45k when checked
-#: again with cheaper steps ("a draw's start").
+#: the best of 25-70k on recorded runs replayed (benchmarks/history/nuts_speed.md, "static runtime"); level with 45k
+#: when checked again with cheaper steps ("a draw's start").
 COMPILE_AFTER_STEPS = 55_000
 #: How often a checkpointed run saves the sampler's state (and on Ctrl-C): a minute of work at most is redone.
 SAVE_EVERY_SECONDS = 60.0
@@ -69,7 +69,7 @@ def compile_now(i: int, counted: dict, warmup: int, total: int, cap: int) -> boo
     is projected at once.  Shorter warm-up trees shrink, 2-15x on hierarchical models, as the mass matrix
     adapts, so those runs are projected from the 10 draws after each mass update, against 1.5 times the
     threshold while more updates come; before the first only a projection past 10 times the threshold
-    counts, at draw 20 (benchmarks/RESULTS.md, "compile threshold").
+    counts, at draw 20 (benchmarks/history/nuts_speed.md, "rule, replayed").
     """
     recent, settle = 10, 10
     updates = [last + 1 + settle for _, last in adaptation_windows(warmup) if last + 1 + settle < total]

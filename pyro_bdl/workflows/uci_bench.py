@@ -1,0 +1,287 @@
+r"""``pyro-bdl bench uci``: the standard UCI regression table, every split a fit per method, resumable and parallel.
+
+The protocol (Hernandez-Lobato & Adams 2015, as Gal & Ghahramani 2016 and Lakshminarayanan et al. 2017 ran it): on
+each train/test split of each data set folder (:mod:`pyro_bdl.data.uci`), the zoo's model for the ``uci`` protocol
+(:func:`~pyro_bdl.registry.model_for_protocol`) with one hidden layer of the folder's ``n_hidden.txt`` units (50; 100
+for protein) is fitted by each method at its defaults, inputs and targets standardised on the training split
+(:func:`~pyro_bdl.fit.fit` does it), and scored on the test split in the data's units
+(:func:`~pyro_bdl.posterior.evaluation.evaluate_fit`: RMSE and average log-likelihood per point).
+
+A method in :data:`TUNED` has settings chosen per split as Gal & Ghahramani did: MC dropout's rate and model
+precision tau over the folder's grids (``dropout_rates.txt`` x ``tau_values.txt``; tau in the target's units, the
+fixed noise sd :math:`1/\sqrt\tau`), each candidate fitted on 80 % of the training split and scored on the other
+20 %, the best refitted on the whole training split: the test split never chooses.  A method in :data:`MAX_ROWS`
+runs only on data sets of at most that many rows (NUTS: the five small sets).
+
+Each finished fit is a row of ``rows.csv`` in the output folder, written as it ends: an interrupted run keeps them,
+and the same command goes on with the fits not yet made.  ``jobs`` > 1 runs the fits in that many processes (one
+torch thread each).  :func:`~pyro_bdl.workflows.uci_report.write_report` turns the rows into ``uci.md``,
+``uci.csv`` and ``uci.png``.
+
+Example
+-------
+>>> import tempfile, pathlib, numpy as np
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> folder = root / "line"; folder.mkdir()
+>>> rng = np.random.default_rng(0); x = rng.normal(size=(40, 1))
+>>> np.savetxt(folder / "data.txt", np.hstack([x, 2 * x + 0.1 * rng.normal(size=(40, 1))]))
+>>> _ = (folder / "index_features.txt").write_text("0"); _ = (folder / "index_target.txt").write_text("1")
+>>> _ = (folder / "index_train_0.txt").write_text(" ".join(map(str, range(30))))
+>>> _ = (folder / "index_test_0.txt").write_text(" ".join(map(str, range(30, 40))))
+>>> rows = run_uci(root, root / "out", methods=["map:steps=300"], progress=False)
+>>> rows[["dataset", "split", "method"]].values.tolist(), bool(rows["rmse"].iloc[0] < 0.5)
+([['line', 0, 'map:steps=300']], True)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from pyro_bdl.data.embedded import split_dataset
+from pyro_bdl.data.table import DataError
+from pyro_bdl.data.uci import UciProtocol, load_uci, uci_protocol
+from pyro_bdl.fit import fit
+from pyro_bdl.posterior.evaluation import evaluate_fit
+from pyro_bdl.registry import ModelSpec, model_for_protocol
+from pyro_bdl.storage.files import atomic_write_text
+from pyro_bdl.storage.paths import OutputPathError
+from pyro_bdl.workflows.uci_report import machine, write_report
+
+__all__ = ["run_uci", "method_entry", "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS",
+           "default_root", "uci_folders"]
+
+#: The methods of the standard table, in its column order.
+DEFAULT_METHODS = ("svi", "mc-dropout", "ensemble", "laplace-ggn", "map", "nuts")
+
+#: The fraction of each training split held out to choose a tuned method's settings.
+VALIDATION = 0.2
+
+#: Methods that run only on data sets of at most this many rows: NUTS on the five small sets (boston, concrete,
+#: energy, wine, yacht: 308-1599 rows), where a fit takes minutes, not hours.
+MAX_ROWS = {"nuts": 2000}
+
+#: The columns of ``rows.csv``, one row per fit.
+ROW_COLUMNS = ("dataset", "split", "method", "seed", "rmse", "test_ll", "seconds", "chosen", "train_rows",
+               "test_rows")
+
+#: Where the standard folders are looked for when no root is given: this environment variable, then these paths.
+ROOT_VARIABLE = "PYRO_BDL_UCI"
+ROOT_CANDIDATES = ("../shared/data/uci", "shared/data/uci")
+
+
+def _dropout_grid(protocol: UciProtocol, target_sd: float) -> list[tuple[dict, dict, str]]:
+    """MC dropout's candidates: every (rate, tau) of the folder's grids, tau as the fixed noise sd in standardised
+    units; a folder without grids gives the method's defaults only."""
+    if not protocol.dropout_rates or not protocol.tau_values:
+        return [({}, {}, "defaults (the folder has no grids)")]
+    return [({"noise": 1 / (math.sqrt(tau) * target_sd)}, {"p": p}, f"p={p:g} tau={tau:g}")
+            for p in protocol.dropout_rates for tau in protocol.tau_values]
+
+
+#: Methods whose settings are chosen per split on a validation part of the training split: method -> a function
+#: (the folder's protocol, the training targets' sd) -> candidates (protocol options, method settings, label).
+TUNED = {"mc-dropout": _dropout_grid}
+
+
+def method_entry(entry: str) -> tuple[str, dict]:
+    """A methods entry: ``"mc-dropout:mask=weight,steps=500"`` -> ``("mc-dropout", {"mask": "weight", "steps":
+    "500"})`` (settings as text, read as the CLI's ``--set``); a bare name has none.
+
+    >>> method_entry("map:steps=300")
+    ('map', {'steps': '300'})
+    """
+    name, _, rest = entry.partition(":")
+    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv]
+    if not name or any(len(kv) != 2 or not kv[0] for kv in pairs):
+        raise ValueError(f"method entry {entry!r}: a method name, then optional settings KEY=VALUE after ':', "
+                         f"separated by ','")
+    return name, dict(pairs)
+
+
+def default_root() -> Path | None:
+    """The UCI root folder: ``$PYRO_BDL_UCI``, else the first of :data:`ROOT_CANDIDATES` that exists, else None."""
+    if os.environ.get(ROOT_VARIABLE):
+        return Path(os.environ[ROOT_VARIABLE])
+    return next((Path(p) for p in ROOT_CANDIDATES if Path(p).is_dir()), None)
+
+
+def uci_folders(root: str | Path, datasets: Sequence[str] | None = None) -> list[Path]:
+    """The data set folders under ``root`` (those holding ``data.txt``), all or the ``datasets`` named, in that
+    order; a :class:`~pyro_bdl.data.table.DataError` naming the ones found for an unknown name."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"UCI root {root}: no such folder (give the folder holding the data set folders)")
+    found = sorted(p.name for p in root.iterdir() if (p / "data.txt").is_file())
+    if not found:
+        raise DataError(f"UCI root {root}: holds no data set folder (a folder with data.txt and index files)")
+    names = list(datasets) if datasets else found
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise DataError(f"UCI root {root}: no data set {', '.join(map(repr, unknown))}; found: {', '.join(found)}")
+    return [root / n for n in names]
+
+
+def _fit_score(spec: ModelSpec, train, test, method: str, options: dict, settings: dict, seed: int) -> dict:
+    """One fit of ``method`` on ``train``, scored on ``test``: evaluate_fit's metrics."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains' and fits' convergence warnings: the table reports the scores
+        result = fit(spec.name, train, inference=method, options=options, seed=seed, progress=False, threads=1,
+                     **settings)
+    return evaluate_fit(result, test)
+
+
+def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict:
+    """The row of one fit: the method of ``entry`` on split ``split`` of ``folder`` (tuned first when it is in
+    :data:`TUNED`), with its test RMSE and LL (the data's units), wall seconds and the settings chosen."""
+    folder = Path(folder)
+    spec = model_for_protocol("uci")
+    protocol = uci_protocol(folder)
+    method, settings = method_entry(entry)
+    train, test = load_uci(folder, split)
+    base = spec.protocols["uci"](protocol.hidden)
+    start = time.perf_counter()
+    chosen = ""
+    options = dict(base)
+    if method in TUNED:
+        part, held = split_dataset(train, VALIDATION, seed=seed + split)
+        candidates = TUNED[method](protocol, float(train.y.double().std(unbiased=False)))
+        scores = [_fit_score(spec, part, held, method, {**base, **extra}, {**settings, **more}, seed)["test_ll"]
+                  for extra, more, _ in candidates]
+        best = int(np.nanargmax(scores)) if not np.all(np.isnan(scores)) else 0
+        extra, more, chosen = candidates[best]
+        options, settings = {**base, **extra}, {**settings, **more}
+    metrics = _fit_score(spec, train, test, method, options, settings, seed)
+    return {"dataset": folder.name, "split": int(split), "method": entry, "seed": int(seed),
+            "rmse": float(metrics["rmse"]), "test_ll": float(metrics["test_ll"]),
+            "seconds": time.perf_counter() - start, "chosen": chosen, "train_rows": len(train),
+            "test_rows": len(test)}
+
+
+def _check_methods(spec: ModelSpec, entries: Sequence[str]) -> None:
+    if not entries:
+        raise ValueError("no methods given")
+    for entry in entries:
+        method, _ = method_entry(entry)
+        if spec.runs_as(method) not in spec.methods and method not in spec.methods:
+            raise ValueError(f"unknown or unsuitable method {method!r} for the UCI protocol's model; it supports: "
+                             f"{', '.join(spec.methods)}")
+
+
+def _tasks(folders: list[Path], entries: Sequence[str], splits: int | None, done: set, seed: int
+           ) -> tuple[list[tuple], list[str]]:
+    """The fits still to make, as (folder, split, entry, seed), and notes on the ones a method's row limit skips."""
+    tasks, notes = [], []
+    for folder in folders:
+        count = uci_protocol(folder).splits
+        rows = sum(1 for line in (folder / "data.txt").read_text().splitlines() if line.strip())
+        for entry in entries:
+            limit = MAX_ROWS.get(method_entry(entry)[0])
+            if limit is not None and rows > limit:
+                notes.append(f"{entry} not run on {folder.name}: {rows} rows > {limit}")
+                continue
+            tasks += [(str(folder), k, entry, seed) for k in range(min(count, splits or count))
+                      if (folder.name, k, entry, seed) not in done]
+    return tasks, notes
+
+
+def _read_rows(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        return pd.DataFrame(columns=list(ROW_COLUMNS))
+    rows = pd.read_csv(path, dtype={"chosen": str})
+    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
+    if missing:
+        raise OutputPathError(f"{path}: not a rows file of `pyro-bdl bench uci` (no column {', '.join(missing)})")
+    return rows.fillna({"chosen": ""})[list(ROW_COLUMNS)]
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """An output folder is new, empty, or one this command wrote (``rows.csv``: the run goes on); else refused
+    unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(f"--out {out}: is an existing file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "rows.csv").is_file() and not force:
+        raise OutputPathError(f"--out {out}: holds files that are not a UCI table's; choose another directory, or "
+                              "pass --force to write into it")
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)
+
+
+def _results(tasks: list, jobs: int):
+    """Each task's row as its fit ends: in this process (``jobs`` 1) or in ``jobs`` spawned processes."""
+    if jobs <= 1:
+        for task in tasks:
+            yield run_split(*task)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init) as pool:
+        futures = [pool.submit(run_split, *task) for task in tasks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = None,
+            methods: Sequence[str] = DEFAULT_METHODS, splits: int | None = None, *, jobs: int = 1, seed: int = 0,
+            progress: bool = True, force: bool = False, command: str | None = None) -> pd.DataFrame:
+    """Fit every method on every split (the first ``splits`` of each set when given) of the UCI folders under
+    ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
+    only the fits missing), write the report (``uci.md``, ``uci.csv``, ``uci.png``:
+    :func:`~pyro_bdl.workflows.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
+    ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel."""
+    if splits is not None and int(splits) < 1:
+        raise ValueError(f"splits must be at least 1, got {splits}")
+    if int(jobs) < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    spec = model_for_protocol("uci")
+    _check_methods(spec, methods)
+    folders = uci_folders(root, datasets)
+    out = Path(out)
+    _check_out(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = _read_rows(out / "rows.csv")
+    done = set(zip(rows["dataset"], rows["split"].astype(int), rows["method"], rows["seed"].astype(int)))
+    tasks, notes = _tasks(folders, methods, splits, done, seed)
+    start, kept = time.perf_counter(), []
+    bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
+    try:
+        for row in _results(tasks, int(jobs)):
+            kept.append(row)
+            rows = pd.concat([rows, pd.DataFrame([row])], ignore_index=True) if len(rows) else pd.DataFrame([row])
+            atomic_write_text(out / "rows.csv", rows[list(ROW_COLUMNS)].to_csv(index=False))
+            bar.set_postfix_str(f"{row['dataset']} {row['split']} {row['method']}: LL {row['test_ll']:.2f}")
+            bar.update()
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"{len(rows)} fits kept in {out / 'rows.csv'}; the same command goes on") from None
+    finally:
+        bar.close()
+        _log_run(out, command, time.perf_counter() - start, len(kept), jobs)
+        write_report(out, rows, {f.name: uci_protocol(f).splits for f in folders}, list(methods), notes)
+    return rows
+
+
+def _log_run(out: Path, command: str | None, seconds: float, fits: int, jobs: int) -> None:
+    """Append this run (date, command, machine, wall seconds, fits made) to ``out/runs.json``."""
+    path = out / "runs.json"
+    runs = json.loads(path.read_text()) if path.is_file() else []
+    runs.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command or "run_uci(...)",
+                 "machine": machine(jobs), "wall_seconds": round(seconds, 1), "fits": fits})
+    atomic_write_text(path, json.dumps(runs, indent=1) + "\n")

@@ -1,0 +1,181 @@
+"""``pyro-bdl bench uci`` / :mod:`pyro_bdl.workflows.uci_bench`: the UCI table on tiny folders in the benchmark's
+layout written here (never the shared files), the tuning on the validation part only, resuming, parallel processes,
+and refused input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyro_bdl.cli import main
+from pyro_bdl.registry import model_for_protocol
+from pyro_bdl.workflows import uci_bench
+from pyro_bdl.workflows.uci_published import published
+from pyro_bdl.workflows.uci_report import goals, summarise
+
+#: Short fits: the tests check the workflow, not the methods (those have their own tests).
+MAP = "map:steps=150"
+DROPOUT = "mc-dropout:steps=150,samples=20"
+
+
+def write_folder(folder, n=48, splits=2, seed=0, grids=True):
+    """A UCI folder: y = sin(2 x0) + x1 / 2 + noise, with ``splits`` random 80/20 splits and (``grids``) the MC
+    dropout experiments' grids (2 rates x 2 taus)."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    X = rng.normal(size=(n, 2))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] / 2 + 0.1 * rng.normal(size=n)
+    np.savetxt(folder / "data.txt", np.column_stack([X, y]))
+    (folder / "index_features.txt").write_text("0 1")
+    (folder / "index_target.txt").write_text("2")
+    (folder / "n_splits.txt").write_text(str(splits))
+    for k in range(splits):
+        rows = rng.permutation(n)
+        (folder / f"index_train_{k}.txt").write_text(" ".join(map(str, rows[: int(0.8 * n)])))
+        (folder / f"index_test_{k}.txt").write_text(" ".join(map(str, rows[int(0.8 * n):])))
+    if grids:
+        (folder / "dropout_rates.txt").write_text("0.01 0.1\n")
+        (folder / "tau_values.txt").write_text("10 100\n")
+    return folder
+
+
+@pytest.fixture()
+def root(tmp_path):
+    write_folder(tmp_path / "uci" / "yacht", seed=0)  # a standard name: the published columns appear
+    write_folder(tmp_path / "uci" / "mine", seed=1, splits=3, grids=False)
+    return tmp_path / "uci"
+
+
+def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path):
+    out = tmp_path / "out"
+    code = main(["bench", "uci", "--root", str(root), "--methods", f"{MAP};{DROPOUT}", "--splits", "2", "--out",
+                 str(out), "--no-progress"])
+    assert code == 0
+    rows = pd.read_csv(out / "rows.csv", keep_default_na=False)
+    assert len(rows) == 2 * 2 * 2 and set(rows["dataset"]) == {"yacht", "mine"}
+    assert np.isfinite(rows[["rmse", "test_ll", "seconds"]].to_numpy(float)).all()
+    tuned = rows[rows["method"] == DROPOUT].set_index("dataset")["chosen"]
+    assert all(c.startswith("p=") for c in tuned["yacht"]) and all(c.startswith("defaults") for c in tuned["mine"])
+    table = pd.read_csv(out / "uci.csv")
+    assert set(zip(table["dataset"], table["method"])) == {(d, m) for d in ("yacht", "mine") for m in (MAP, DROPOUT)}
+    assert (table["splits"] == 2).all()
+    text = (out / "uci.md").read_text()
+    assert "MC dropout (pub.)" in text and "| yacht |" in text and "(2/20)" not in text  # written folders: 2 splits
+    assert "(2/3)" in text  # mine has 3 splits, 2 fitted: the cell says so
+    assert "pyro-bdl bench uci --root" in text and "## Goals" in text
+    assert (out / "uci.png").stat().st_size > 10_000
+    runs = json.loads((out / "runs.json").read_text())
+    assert len(runs) == 1 and runs[0]["fits"] == 8
+
+
+def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, monkeypatch):
+    """Each fit's row is kept as it ends; the rerun makes only the missing fits, and the rows equal those of a run
+    that was not interrupted (fixed seeds)."""
+    whole = uci_bench.run_uci(root, tmp_path / "whole", ["mine"], [MAP], progress=False)
+    real, calls = uci_bench.run_split, []
+
+    def stopped_after_two(*task):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(task)
+        return real(*task)
+
+    monkeypatch.setattr(uci_bench, "run_split", stopped_after_two)
+    with pytest.raises(KeyboardInterrupt, match="2 fits kept"):
+        uci_bench.run_uci(root, tmp_path / "cut", ["mine"], [MAP], progress=False)
+    assert len(pd.read_csv(tmp_path / "cut" / "rows.csv")) == 2
+    monkeypatch.setattr(uci_bench, "run_split", real)
+    again = uci_bench.run_uci(root, tmp_path / "cut", ["mine"], [MAP], progress=False)
+    runs = json.loads((tmp_path / "cut" / "runs.json").read_text())
+    assert [r["fits"] for r in runs] == [2, 1]
+    key = ["dataset", "split", "method"]
+    assert np.allclose(again.sort_values(key)["test_ll"], whole.sort_values(key)["test_ll"], rtol=1e-6)
+
+
+def test_parallel_processes_give_the_rows_of_one_process(root, tmp_path):
+    one = uci_bench.run_uci(root, tmp_path / "one", ["yacht"], [MAP], progress=False)
+    two = uci_bench.run_uci(root, tmp_path / "two", ["yacht"], [MAP], jobs=2, progress=False)
+    key = ["split"]
+    assert np.allclose(one.sort_values(key)[["rmse", "test_ll"]], two.sort_values(key)[["rmse", "test_ll"]],
+                       rtol=1e-6)
+
+
+def test_tuning_sees_only_the_training_split(root, monkeypatch):
+    """Every candidate is fitted on 80 % of the training split and scored on the other 20 %; the test split is
+    scored once, by the refit on the whole training split."""
+    seen, real = [], uci_bench._fit_score
+
+    def spy(spec, train, test, method, options, settings, seed):
+        seen.append((len(train), len(test), options.get("noise"), settings.get("p")))
+        return real(spec, train, test, method, options, settings, seed)
+
+    monkeypatch.setattr(uci_bench, "_fit_score", spy)
+    row = uci_bench.run_split(root / "yacht", 0, DROPOUT)
+    n_train, n_test = row["train_rows"], row["test_rows"]
+    assert len(seen) == 2 * 2 + 1
+    assert all((a, b) == (n_train - round(0.2 * n_train), round(0.2 * n_train)) for a, b, *_ in seen[:-1])
+    assert seen[-1][:2] == (n_train, n_test)
+    assert len({(noise, p) for *_, noise, p in seen[:-1]}) == 4  # the whole grid
+    p, tau = (float(part.split("=")[1]) for part in row["chosen"].split())
+    assert seen[-1][3] == p and seen[-1][2] == pytest.approx(1 / np.sqrt(tau) / row_sd(root / "yacht", 0))
+
+
+def row_sd(folder, split):
+    from pyro_bdl.data.uci import load_uci
+
+    train, _ = load_uci(folder, split)
+    return float(train.y.double().std(unbiased=False))
+
+
+def test_a_method_limited_to_small_sets_is_skipped_with_a_note(root, monkeypatch):
+    monkeypatch.setitem(uci_bench.MAX_ROWS, "map", 40)
+    tasks, notes = uci_bench._tasks(uci_bench.uci_folders(root), [MAP, DROPOUT], None, set(), 0)
+    assert {t[2] for t in tasks} == {DROPOUT} and len(tasks) == 2 + 3
+    assert notes == [f"{MAP} not run on mine: 48 rows > 40", f"{MAP} not run on yacht: 48 rows > 40"]
+
+
+def test_goals_count_the_data_sets_that_meet_them():
+    reference = published("yacht")
+    rows = pd.DataFrame({"dataset": "yacht", "split": [0, 1] * 3, "method": ["svi"] * 2 + ["map"] * 2 + ["nuts"] * 2,
+                         "seed": 0, "rmse": 1.0, "seconds": 1.0, "chosen": "", "train_rows": 9, "test_rows": 1,
+                         "test_ll": [reference["VI"].ll - 0.1] * 2 + [reference["MC dropout"].ll + 0.1] * 2 + [-9] * 2})
+    lines = goals(summarise(rows), {"yacht": 2})
+    assert lines[0] == "- the zoo's best method above the published MC dropout log-likelihood: 1 of 1 data sets"
+    assert lines[1] == "- `svi` above the published VI log-likelihood: 0 of 1 data sets; missed on yacht"
+    assert lines[2] == "- `nuts` the best log-likelihood of the zoo where it runs: 0 of 1 data sets; not on yacht"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--datasets", "nope"], "no data set 'nope'; found: mine, yacht"),
+    (["--methods", "no-such-method"], "unknown inference method 'no-such-method'"),
+    (["--methods", "svi-amortised"], "unknown or unsuitable method 'svi-amortised'"),
+    (["--splits", "0"], "splits must be at least 1"),
+    (["--jobs", "0"], "jobs must be at least 1"),
+    (["--methods", "map:steps"], "settings KEY=VALUE"),
+])
+def test_bad_input_is_refused_by_name(root, tmp_path, capsys, args, message):
+    code = main(["bench", "uci", "--root", str(root), "--out", str(tmp_path / "out"), "--no-progress", *args])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "rows.csv").exists()
+
+
+def test_a_missing_root_or_a_foreign_out_folder_is_refused(root, tmp_path, capsys):
+    assert main(["bench", "uci", "--root", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert main(["bench", "uci", "--root", str(root), "--methods", MAP, "--out", str(foreign)]) == 2
+    assert "not a UCI table's" in capsys.readouterr().err
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_the_protocol_model_is_declared_by_the_zoo():
+    spec = model_for_protocol("uci")
+    assert spec.protocols["uci"](100) == {"hidden": (100,)}
+    assert spec.protocols["uci"](50, 0.5) == {"hidden": (50,), "noise": 0.5}
+    with pytest.raises(ValueError, match="no model of the zoo declares the benchmark protocol 'imagenet'"):
+        model_for_protocol("imagenet")
