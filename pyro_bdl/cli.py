@@ -272,7 +272,11 @@ def _cmd_bench_uci(args) -> None:
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
     methods = [m.strip() for m in args.methods.split(";" if ":" in args.methods else ",") if m.strip()]
     command = "pyro-bdl " + " ".join(args.argv if args.argv is not None else sys.argv[1:])
-    run_uci(root, args.out, datasets, methods, args.splits, jobs=args.jobs, seed=args.seed,
+    try:
+        jobs = args.jobs if args.jobs == "auto" else int(args.jobs)
+    except ValueError:
+        raise ValueError(f"--jobs takes a number of processes or auto, got {args.jobs!r}") from None
+    run_uci(root, args.out, datasets, methods, args.splits, jobs=jobs, seed=args.seed,
             progress=not args.no_progress, force=args.force, command=command)
     print(f"wrote uci.md, uci.csv, uci.png and rows.csv to {args.out}")
 
@@ -290,7 +294,8 @@ def _add_bench_parser(sub) -> None:
                    help=f"comma-separated methods (default {','.join(UCI_METHODS)}); with settings, separate them "
                         "by ';': 'svi;mc-dropout:mask=weight'")
     p.add_argument("--splits", type=int, help="the first N splits of each set (default: all, 20; 5 for protein)")
-    p.add_argument("--jobs", type=int, default=1, help="fits in parallel processes (default 1)")
+    p.add_argument("--jobs", default="auto", help="fits in parallel processes, one torch thread each (default auto: "
+                                                  "one per core)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder; a folder of an earlier run goes on where it stopped")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other files")

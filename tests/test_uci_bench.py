@@ -5,6 +5,7 @@ and refused input."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -52,7 +53,7 @@ def root(tmp_path):
 def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path):
     out = tmp_path / "out"
     code = main(["bench", "uci", "--root", str(root), "--methods", f"{MAP};{DROPOUT}", "--splits", "2", "--out",
-                 str(out), "--no-progress"])
+                 str(out), "--no-progress", "--jobs", "1"])
     assert code == 0
     rows = pd.read_csv(out / "rows.csv", keep_default_na=False)
     assert len(rows) == 2 * 2 * 2 and set(rows["dataset"]) == {"yacht", "mine"}
@@ -97,7 +98,9 @@ def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, mon
 
 def test_parallel_processes_give_the_rows_of_one_process(root, tmp_path):
     one = uci_bench.run_uci(root, tmp_path / "one", ["yacht"], [MAP], progress=False)
-    two = uci_bench.run_uci(root, tmp_path / "two", ["yacht"], [MAP], jobs=2, progress=False)
+    two = uci_bench.run_uci(root, tmp_path / "two", ["yacht"], [MAP], jobs="auto", progress=False)
+    processes = min(os.cpu_count() or 1, 2)  # auto: one per core, at most one per fit (2 splits)
+    assert f" {processes} process(es)" in json.loads((tmp_path / "two" / "runs.json").read_text())[0]["machine"]
     key = ["split"]
     assert np.allclose(one.sort_values(key)[["rmse", "test_ll"]], two.sort_values(key)[["rmse", "test_ll"]],
                        rtol=1e-6)
@@ -153,7 +156,8 @@ def test_goals_count_the_data_sets_that_meet_them():
     (["--methods", "no-such-method"], "unknown inference method 'no-such-method'"),
     (["--methods", "svi-amortised"], "unknown or unsuitable method 'svi-amortised'"),
     (["--splits", "0"], "splits must be at least 1"),
-    (["--jobs", "0"], "jobs must be at least 1"),
+    (["--jobs", "0"], "jobs must be an integer of at least 1 or 'auto', got 0"),
+    (["--jobs", "many"], "--jobs takes a number of processes or auto, got 'many'"),
     (["--methods", "map:steps"], "settings KEY=VALUE"),
 ])
 def test_bad_input_is_refused_by_name(root, tmp_path, capsys, args, message):

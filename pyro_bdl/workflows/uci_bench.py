@@ -240,17 +240,19 @@ def _results(tasks: list, jobs: int):
 
 
 def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = None,
-            methods: Sequence[str] = DEFAULT_METHODS, splits: int | None = None, *, jobs: int = 1, seed: int = 0,
+            methods: Sequence[str] = DEFAULT_METHODS, splits: int | None = None, *, jobs: int | str = 1, seed: int = 0,
             progress: bool = True, force: bool = False, command: str | None = None) -> pd.DataFrame:
     """Fit every method on every split (the first ``splits`` of each set when given) of the UCI folders under
     ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
     only the fits missing), write the report (``uci.md``, ``uci.csv``, ``uci.png``:
     :func:`~pyro_bdl.workflows.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
-    ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel."""
+    ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel (``"auto"``:
+    one per core, at most one per fit)."""
     if splits is not None and int(splits) < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
-    if int(jobs) < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    jobs = (os.cpu_count() or 1) if jobs == "auto" else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer of at least 1 or 'auto', got {jobs!r}")
     spec = model_for_protocol("uci")
     _check_methods(spec, methods)
     folders = uci_folders(root, datasets)
@@ -260,10 +262,11 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     rows = _read_rows(out / "rows.csv")
     done = set(zip(rows["dataset"], rows["split"].astype(int), rows["method"], rows["seed"].astype(int)))
     tasks, notes = _tasks(folders, methods, splits, done, seed)
+    jobs = max(1, min(jobs, len(tasks)))
     start, kept = time.perf_counter(), []
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
     try:
-        for row in _results(tasks, int(jobs)):
+        for row in _results(tasks, jobs):
             kept.append(row)
             rows = pd.concat([rows, pd.DataFrame([row])], ignore_index=True) if len(rows) else pd.DataFrame([row])
             atomic_write_text(out / "rows.csv", rows[list(ROW_COLUMNS)].to_csv(index=False))
