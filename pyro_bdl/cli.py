@@ -278,6 +278,8 @@ def _cmd_bench_uci(args) -> None:
         raise ValueError(f"--jobs takes a number of processes or auto, got {args.jobs!r}") from None
     run_uci(root, args.out, datasets, methods, args.splits, jobs=jobs, seed=args.seed,
             progress=not args.no_progress, force=args.force, command=command)
+    report = (Path(args.out) / "uci.md").read_text()
+    print(report.split("## Goals")[1].split("\n## ")[0].strip())  # the goals, counted
     print(f"wrote uci.md, uci.csv, uci.png and rows.csv to {args.out}")
 
 

@@ -50,11 +50,12 @@ def root(tmp_path):
     return tmp_path / "uci"
 
 
-def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path):
+def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["bench", "uci", "--root", str(root), "--methods", f"{MAP};{DROPOUT}", "--splits", "2", "--out",
                  str(out), "--no-progress", "--jobs", "1"])
     assert code == 0
+    assert "the zoo's best method above the published MC dropout log-likelihood" in capsys.readouterr().out
     rows = pd.read_csv(out / "rows.csv", keep_default_na=False)
     assert len(rows) == 2 * 2 * 2 and set(rows["dataset"]) == {"yacht", "mine"}
     assert np.isfinite(rows[["rmse", "test_ll", "seconds"]].to_numpy(float)).all()
@@ -164,6 +165,13 @@ def test_bad_input_is_refused_by_name(root, tmp_path, capsys, args, message):
     code = main(["bench", "uci", "--root", str(root), "--out", str(tmp_path / "out"), "--no-progress", *args])
     assert code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out" / "rows.csv").exists()
+
+
+def test_a_run_with_nothing_to_fit_is_refused(root, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(uci_bench.MAX_ROWS, "map", 40)
+    assert main(["bench", "uci", "--root", str(root), "--methods", MAP, "--out", str(tmp_path / "o")]) == 2
+    assert f"nothing to fit: {MAP} not run on mine: 48 rows > 40" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_missing_root_or_a_foreign_out_folder_is_refused(root, tmp_path, capsys):

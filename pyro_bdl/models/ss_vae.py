@@ -36,10 +36,12 @@ keeps), and a new image is classified by :math:`q_\phi(y \mid z_1)` at its
 code.  The two stages, as ``benchmarks/ss_vae_curve.py`` runs them (units whose means do not vary, the VAE's
 inactive ones, left out)::
 
-    m1 = pyro_bdl.fit("vae", images, inference="svi", options={"latent_dim": 50, "hidden": (600, 600)})
+    m1 = pyro_bdl.fit("vae", images, inference="svi", options={"latent_dim": 50, "hidden": (600, 600)},
+                      kl_warmup=20)                     # KL annealed over 20 epochs: better codes
     units = active_units(m1, semi)                      # the units M1 uses
     train_codes = codes(m1, semi, units)                # labels kept, -1 where unknown
-    m2 = pyro_bdl.fit("ss-vae", train_codes, inference="svi", options={"likelihood": "gaussian"})
+    m2 = pyro_bdl.fit("ss-vae", train_codes, inference="svi",
+                      options={"likelihood": "gaussian", "hidden": (500,), "latent_dim": 50})
     m2.predict(codes(m1, test, units).X)                # q(y | z1) per test image
 
 Example

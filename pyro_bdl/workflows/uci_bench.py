@@ -258,10 +258,12 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     folders = uci_folders(root, datasets)
     out = Path(out)
     _check_out(out, force)
-    out.mkdir(parents=True, exist_ok=True)
     rows = _read_rows(out / "rows.csv")
     done = set(zip(rows["dataset"], rows["split"].astype(int), rows["method"], rows["seed"].astype(int)))
     tasks, notes = _tasks(folders, methods, splits, done, seed)
+    if not tasks and not len(rows):
+        raise ValueError("nothing to fit: " + "; ".join(notes))
+    out.mkdir(parents=True, exist_ok=True)
     jobs = max(1, min(jobs, len(tasks)))
     start, kept = time.perf_counter(), []
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
