@@ -265,28 +265,39 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
         raise ValueError("nothing to fit: " + "; ".join(notes))
     out.mkdir(parents=True, exist_ok=True)
     jobs = max(1, min(jobs, len(tasks)))
-    start, kept = time.perf_counter(), []
+    log = _RunLog(out / "runs.json", command, jobs)
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
     try:
         for row in _results(tasks, jobs):
-            kept.append(row)
             rows = pd.concat([rows, pd.DataFrame([row])], ignore_index=True) if len(rows) else pd.DataFrame([row])
             atomic_write_text(out / "rows.csv", rows[list(ROW_COLUMNS)].to_csv(index=False))
+            log.fit_done()
             bar.set_postfix_str(f"{row['dataset']} {row['split']} {row['method']}: LL {row['test_ll']:.2f}")
             bar.update()
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"{len(rows)} fits kept in {out / 'rows.csv'}; the same command goes on") from None
     finally:
         bar.close()
-        _log_run(out, command, time.perf_counter() - start, len(kept), jobs)
+        log.write()
         write_report(out, rows, {f.name: uci_protocol(f).splits for f in folders}, list(methods), notes)
     return rows
 
 
-def _log_run(out: Path, command: str | None, seconds: float, fits: int, jobs: int) -> None:
-    """Append this run (date, command, machine, wall seconds, fits made) to ``out/runs.json``."""
-    path = out / "runs.json"
-    runs = json.loads(path.read_text()) if path.is_file() else []
-    runs.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command or "run_uci(...)",
-                 "machine": machine(jobs), "wall_seconds": round(seconds, 1), "fits": fits})
-    atomic_write_text(path, json.dumps(runs, indent=1) + "\n")
+class _RunLog:
+    """This run's entry in ``runs.json`` (date, command, machine, wall seconds, fits made), written when the run
+    starts and again after each fit, so that a run killed outright still counts its time and fits."""
+
+    def __init__(self, path: Path, command: str | None, jobs: int):
+        self.path, self.start, self.fits = path, time.perf_counter(), 0
+        self.earlier = json.loads(path.read_text()) if path.is_file() else []
+        self.entry = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      "command": command or "run_uci(...)", "machine": machine(jobs)}
+        self.write()
+
+    def fit_done(self) -> None:
+        self.fits += 1
+        self.write()
+
+    def write(self) -> None:
+        self.entry.update(wall_seconds=round(time.perf_counter() - self.start, 1), fits=self.fits)
+        atomic_write_text(self.path, json.dumps([*self.earlier, self.entry], indent=1) + "\n")
