@@ -277,7 +277,7 @@ def _cmd_bench_uci(args) -> None:
     except ValueError:
         raise ValueError(f"--jobs takes a number of processes or auto, got {args.jobs!r}") from None
     run_uci(root, args.out, datasets, methods, args.splits, jobs=jobs, seed=args.seed,
-            progress=not args.no_progress, force=args.force, command=command)
+            progress=not args.no_progress, force=args.force, command=command, report_only=args.report_only)
     report = (Path(args.out) / "uci.md").read_text()
     print(report.split("## Goals")[1].split("\n## ")[0].strip())  # the goals, counted
     print(f"wrote uci.md, uci.csv, uci.png and rows.csv to {args.out}")
@@ -301,6 +301,8 @@ def _add_bench_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder; a folder of an earlier run goes on where it stopped")
     p.add_argument("--force", action="store_true", help="write into a folder that holds other files")
+    p.add_argument("--report-only", action="store_true", help="no fits: rewrite uci.md, uci.csv and uci.png from the "
+                                                               "rows the folder holds (after a run was stopped)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=_cmd_bench_uci)
 

@@ -93,6 +93,11 @@ def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, mon
     again = uci_bench.run_uci(root, tmp_path / "cut", ["mine"], [MAP], progress=False)
     runs = json.loads((tmp_path / "cut" / "runs.json").read_text())
     assert [r["fits"] for r in runs] == [2, 1]
+    (tmp_path / "cut" / "uci.md").unlink()  # a run killed outright writes no report: --report-only does
+    assert main(["bench", "uci", "--root", str(root), "--datasets", "mine", "--methods", MAP, "--out",
+                 str(tmp_path / "cut"), "--report-only"]) == 0
+    assert "| mine |" in (tmp_path / "cut" / "uci.md").read_text()
+    assert len(json.loads((tmp_path / "cut" / "runs.json").read_text())) == 2  # no run logged
     key = ["dataset", "split", "method"]
     assert np.allclose(again.sort_values(key)["test_ll"], whole.sort_values(key)["test_ll"], rtol=1e-6)
 
@@ -160,6 +165,7 @@ def test_goals_count_the_data_sets_that_meet_them():
     (["--jobs", "0"], "jobs must be an integer of at least 1 or 'auto', got 0"),
     (["--jobs", "many"], "--jobs takes a number of processes or auto, got 'many'"),
     (["--methods", "map:steps"], "settings KEY=VALUE"),
+    (["--report-only"], "holds no fits to report"),
 ])
 def test_bad_input_is_refused_by_name(root, tmp_path, capsys, args, message):
     code = main(["bench", "uci", "--root", str(root), "--out", str(tmp_path / "out"), "--no-progress", *args])

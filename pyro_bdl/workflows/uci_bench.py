@@ -241,13 +241,14 @@ def _results(tasks: list, jobs: int):
 
 def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = None,
             methods: Sequence[str] = DEFAULT_METHODS, splits: int | None = None, *, jobs: int | str = 1, seed: int = 0,
-            progress: bool = True, force: bool = False, command: str | None = None) -> pd.DataFrame:
+            progress: bool = True, force: bool = False, command: str | None = None, report_only: bool = False
+            ) -> pd.DataFrame:
     """Fit every method on every split (the first ``splits`` of each set when given) of the UCI folders under
     ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
     only the fits missing), write the report (``uci.md``, ``uci.csv``, ``uci.png``:
     :func:`~pyro_bdl.workflows.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
     ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel (``"auto"``:
-    one per core, at most one per fit)."""
+    one per core, at most one per fit).  ``report_only``: no fit, the report rewritten from the rows kept."""
     if splits is not None and int(splits) < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
     jobs = (os.cpu_count() or 1) if jobs == "auto" else jobs
@@ -261,6 +262,11 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     rows = _read_rows(out / "rows.csv")
     done = set(zip(rows["dataset"], rows["split"].astype(int), rows["method"], rows["seed"].astype(int)))
     tasks, notes = _tasks(folders, methods, splits, done, seed)
+    if report_only:
+        if not len(rows):
+            raise ValueError(f"--out {out}: holds no fits to report (no rows.csv)")
+        write_report(out, rows, {f.name: uci_protocol(f).splits for f in folders}, list(methods), notes)
+        return rows
     if not tasks and not len(rows):
         raise ValueError("nothing to fit: " + "; ".join(notes))
     out.mkdir(parents=True, exist_ok=True)
