@@ -18,7 +18,7 @@ Example
 >>> table[["dataset", "method", "splits", "ll", "ll_se"]].round(3).values.tolist()
 [['yacht', 'svi', 2, -1.6, 0.1], ['yacht', 'map', 2, -2.3, 0.2]]
 >>> goals(table, {"yacht": 20})[1]
-'- `svi` above the published VI log-likelihood: 1 of 1 data sets (partial: yacht on 2 of 20 splits)'
+'- `svi` above the published VI log-likelihood: 1 of 1 data sets (partial: 2 of 20 splits on yacht)'
 """
 
 from __future__ import annotations
@@ -61,10 +61,25 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                           "seconds": g["seconds"].mean()} for (d, m), g in groups])
 
 
+def _name(dataset: str) -> str:
+    return short_name(dataset) or dataset
+
+
 def _partial(table: pd.DataFrame, names: list[str], counts: dict) -> str:
-    short = [f"{n} on {int(table.query('dataset == @n')['splits'].min())} of {counts[n]} splits" for n in names
-             if n in counts and table.query("dataset == @n")["splits"].min() < counts[n]]
-    return f" (partial: {', '.join(short)})" if short else ""
+    """``" (partial: ...)"`` where fewer splits than the protocol's were fitted: the sets by (fitted, protocol's)."""
+    groups = {}
+    for n in names:
+        fitted = int(table.query("dataset == @n")["splits"].min())
+        if n in counts and fitted < counts[n]:
+            groups.setdefault((fitted, counts[n]), []).append(_name(n))
+    parts = [f"{k} of {m} splits on " + (", ".join(sets) if len(sets) <= 3 else f"{len(sets)} sets")
+             for (k, m), sets in groups.items()]
+    return f" (partial: {'; '.join(parts)})" if parts else ""
+
+
+def _missed(word: str, sets: list[str], met: list[str]) -> str:
+    missed = [_name(n) for n in sets if n not in met]
+    return f"; {word} {', '.join(missed)}" if missed else ""
 
 
 def goals(table: pd.DataFrame, counts: dict) -> list[str]:
@@ -78,9 +93,7 @@ def goals(table: pd.DataFrame, counts: dict) -> list[str]:
             best_sets.append(name)
             met += [name] if part["ll"].max() > reference.ll else []
     lines.append(f"- the zoo's best method above the published {REFERENCE_COLUMN} log-likelihood: {len(met)} of "
-                 f"{len(best_sets)} data sets" + (f"; missed on {', '.join(sorted(set(best_sets) - set(met)))}"
-                                                 if len(met) < len(best_sets) else "")
-                 + _partial(table, best_sets, counts))
+                 f"{len(best_sets)} data sets" + _missed("missed on", best_sets, met) + _partial(table, best_sets, counts))
     vi_sets, vi_met = [], []
     for row in table.query("method == @VI_METHOD").itertuples():
         reference = published(row.dataset).get(VI_COLUMN)
@@ -88,13 +101,11 @@ def goals(table: pd.DataFrame, counts: dict) -> list[str]:
             vi_sets.append(row.dataset)
             vi_met += [row.dataset] if row.ll > reference.ll else []
     lines.append(f"- `{VI_METHOD}` above the published {VI_COLUMN} log-likelihood: {len(vi_met)} of {len(vi_sets)} "
-                 f"data sets" + (f"; missed on {', '.join(sorted(set(vi_sets) - set(vi_met)))}"
-                                 if len(vi_met) < len(vi_sets) else "") + _partial(table, vi_sets, counts))
+                 f"data sets" + _missed("missed on", vi_sets, vi_met) + _partial(table, vi_sets, counts))
     ran = table.query("method == @BEST_METHOD")["dataset"].tolist()
     best = [n for n in ran if table.query("dataset == @n").sort_values("ll").iloc[-1]["method"] == BEST_METHOD]
     lines.append(f"- `{BEST_METHOD}` the best log-likelihood of the zoo where it runs: {len(best)} of {len(ran)} data "
-                 f"sets" + (f"; not on {', '.join(sorted(set(ran) - set(best)))}" if len(best) < len(ran) else "")
-                 + _partial(table, ran, counts))
+                 f"sets" + _missed("not on", ran, best) + _partial(table, ran, counts))
     return lines
 
 
@@ -119,7 +130,7 @@ def _matrix(table: pd.DataFrame, methods: list[str], counts: dict, metric: str) 
             cells[best] = f"**{cells[best]}**"
         pub = published(name)
         cells += [_cell(*(pub[c][2:] if metric == "ll" else pub[c][:2])) if c in pub else "" for c in COLUMNS]
-        lines.append("| " + " | ".join([short_name(name) or name, *cells]) + " |")
+        lines.append("| " + " | ".join([_name(name), *cells]) + " |")
     return lines
 
 
@@ -144,14 +155,14 @@ def markdown(table: pd.DataFrame, rows: pd.DataFrame, methods: list[str], counts
         columns=[m for m in methods if m in set(table["method"])])
     lines += ["| data set | " + " | ".join(f"`{m}`" for m in seconds.columns) + " |",
               "|" + "---|" * (len(seconds.columns) + 1)]
-    lines += [f"| {short_name(d) or d} | " + " | ".join("" if np.isnan(v) else f"{v:.0f}" for v in seconds.loc[d])
+    lines += [f"| {_name(d)} | " + " | ".join("" if np.isnan(v) else f"{v:.0f}" for v in seconds.loc[d])
               + " |" for d in dict.fromkeys(table["dataset"])]
     tuned = rows[rows["chosen"].astype(str) != ""]
     if len(tuned):
         lines += ["", "## Settings chosen on the validation part (count of splits)", ""]
         for (name, method), group in tuned.groupby(["dataset", "method"], sort=False):
             counts_chosen = group["chosen"].value_counts()
-            lines.append(f"- {short_name(name) or name}, `{method}`: "
+            lines.append(f"- {_name(name)}, `{method}`: "
                          + ", ".join(f"{k} ({v})" for k, v in counts_chosen.items()))
     if notes:
         lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
@@ -177,7 +188,7 @@ def plot(table: pd.DataFrame, methods: list[str], path: str | Path) -> None:
         ax.errorbar(x, [pub[c].ll for c in labels], yerr=[pub[c].ll_se or 0 for c in labels], fmt="s",
                     color="0.5", capsize=3, label="published")
         ax.set_xticks(list(range(len(shown))) + list(x), shown + labels, rotation=60, ha="right", fontsize=7)
-        ax.set_title(short_name(name) or name)
+        ax.set_title(_name(name))
         ax.set_ylabel("test LL per point")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
