@@ -170,7 +170,8 @@ def markdown(table: pd.DataFrame, rows: pd.DataFrame, methods: list[str], counts
 
 
 def plot(table: pd.DataFrame, methods: list[str], path: str | Path) -> None:
-    """``uci.png``: per data set, our methods' LL (mean +- se) beside the published columns."""
+    """``uci.png``: per data set, our methods' LL (mean +- se) beside the published columns, the published MC dropout
+    LL (the goal) as a dotted line."""
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(table["dataset"]))
@@ -187,6 +188,8 @@ def plot(table: pd.DataFrame, methods: list[str], path: str | Path) -> None:
         x = np.arange(len(shown), len(shown) + len(labels))
         ax.errorbar(x, [pub[c].ll for c in labels], yerr=[pub[c].ll_se or 0 for c in labels], fmt="s",
                     color="0.5", capsize=3, label="published")
+        if REFERENCE_COLUMN in pub:  # the goal's line
+            ax.axhline(pub[REFERENCE_COLUMN].ll, color="0.5", ls=":", lw=1)
         ax.set_xticks(list(range(len(shown))) + list(x), shown + labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(_name(name))
         ax.set_ylabel("test LL per point")
