@@ -35,6 +35,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import multiprocessing
@@ -84,7 +85,7 @@ ROOT_CANDIDATES = ("../shared/data/uci", "shared/data/uci")
 
 def _dropout_grid(protocol: UciProtocol, target_sd: float) -> list[tuple[dict, dict, str]]:
     """MC dropout's candidates: every (rate, tau) of the folder's grids, tau as the fixed noise sd in standardised
-    units; a folder without grids gives the method's defaults only."""
+    units (the protocol function's ``noise``); a folder without grids gives the method's defaults only."""
     if not protocol.dropout_rates or not protocol.tau_values:
         return [({}, {}, "defaults (the folder has no grids)")]
     return [({"noise": 1 / (math.sqrt(tau) * target_sd)}, {"p": p}, f"p={p:g} tau={tau:g}")
@@ -92,7 +93,8 @@ def _dropout_grid(protocol: UciProtocol, target_sd: float) -> list[tuple[dict, d
 
 
 #: Methods whose settings are chosen per split on a validation part of the training split: method -> a function
-#: (the folder's protocol, the training targets' sd) -> candidates (protocol options, method settings, label).
+#: (the folder's protocol, the training targets' sd) -> candidates (arguments of the model's protocol function beyond
+#: the width, method settings, label).
 TUNED = {"mc-dropout": _dropout_grid}
 
 
@@ -151,18 +153,18 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
     protocol = uci_protocol(folder)
     method, settings = method_entry(entry)
     train, test = load_uci(folder, split)
-    base = spec.protocols["uci"](protocol.hidden)
+    options_for = functools.partial(spec.protocols["uci"], protocol.hidden)  # the model's options for the protocol
     start = time.perf_counter()
     chosen = ""
-    options = dict(base)
+    options = options_for()
     if method in TUNED:
         part, held = split_dataset(train, VALIDATION, seed=seed + split)
         candidates = TUNED[method](protocol, float(train.y.double().std(unbiased=False)))
-        scores = [_fit_score(spec, part, held, method, {**base, **extra}, {**settings, **more}, seed)["test_ll"]
+        scores = [_fit_score(spec, part, held, method, options_for(**extra), {**settings, **more}, seed)["test_ll"]
                   for extra, more, _ in candidates]
         best = int(np.nanargmax(scores)) if not np.all(np.isnan(scores)) else 0
         extra, more, chosen = candidates[best]
-        options, settings = {**base, **extra}, {**settings, **more}
+        options, settings = options_for(**extra), {**settings, **more}
     metrics = _fit_score(spec, train, test, method, options, settings, seed)
     return {"dataset": folder.name, "split": int(split), "method": entry, "seed": int(seed),
             "rmse": float(metrics["rmse"]), "test_ll": float(metrics["test_ll"]),
