@@ -14,11 +14,14 @@ issue 34: the scalar prior precision maximising the Laplace marginal likelihood)
 theirs (``bnn-classifier``, hidden 50, prior scale 8).  Each row: accuracy, test NLL (mean negative log predictive
 density), ECE (15 bins), and the 95% quantile of the ECE of a perfectly calibrated model with the same predicted
 probabilities on the same test rows (labels drawn from the predicted probabilities ``--reps`` times, the ECE
-recomputed): an ECE above it is more than sampling noise.  ``ECE ok``: ECE <= that quantile; ``NLL < map``: below the
-MAP's test NLL on the set.
+recomputed): an ECE above it is more than sampling noise.  ``ECE ok``: ECE <= that quantile.  ``NLL - map's (se)``:
+the mean over the test rows of the per-row difference of negative log predictive densities from the MAP's (same set
+and seed; a row needs ``map`` run with the same seed), with its standard error; ``vs map``: ``below``, ``tie`` (above
+by at most twice the standard error: within the test rows' sampling noise) or ``above``.
 
-Every run merges its rows into benchmarks/results/laplace_calibration.md (``--out``; the rows are kept in a JSON
-comment there, so the family can be run set by set, one process at a time) with the commands, dates and machine.
+Every run merges its rows into benchmarks/results/laplace_calibration.md (``--out``; the rows, with each test row's
+log predictive density, are kept in laplace_calibration.json beside it, so the family can be run set by set, one
+process at a time) with the commands, dates and machine.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/laplace_calibration.py --sets iris wine
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/laplace_calibration.py --sets digits --methods laplace-ggn map
@@ -116,10 +119,29 @@ def run_one(set_name: str, spec: str, *, quick: bool, seed: int, reps: int) -> d
     seconds = time.perf_counter() - start
     prob = probs.reshape((-1,) + probs.shape[2:]).mean(0)
     prior = fit.info.get("laplace_prior_precision")
+    row_ll = np.log(prob[np.arange(len(test)), test.y.long().numpy()])
     return {"set": set_name, "method": spec, "seed": seed, "train": len(train), "test": len(test),
             "classes": int(prob.shape[1]), "accuracy": metrics["accuracy"], "nll": -metrics["test_ll"],
             "ece": metrics["ece"], "ece_q95": calibrated_ece_quantile(prob, reps=reps), "seconds": seconds,
-            "prior_precision": prior, "quick": quick}
+            "prior_precision": prior, "quick": quick, "row_ll": [round(float(v), 6) for v in row_ll]}
+
+
+def paired_difference(row: dict, map_row: dict | None) -> tuple[float, float] | None:
+    """(mean, standard error) over the test rows of the method's per-row NLL less the MAP's on the same rows (same
+    set and seed), or None where either lacks its per-row values."""
+    if map_row is None or "row_ll" not in row or "row_ll" not in map_row:
+        return None
+    d = np.asarray(map_row["row_ll"]) - np.asarray(row["row_ll"])
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def nll_verdict(pair: tuple[float, float] | None) -> str:
+    """``below`` the MAP's NLL, ``tie`` (above by at most twice the paired standard error: within the test rows'
+    sampling noise) or ``above`` (by more)."""
+    if pair is None:
+        return ""
+    mean, se = pair
+    return "below" if mean < 0 else ("tie" if mean <= 2 * se else "**above**")
 
 
 def _linearised(fit, X: torch.Tensor, classes: int):
@@ -186,6 +208,10 @@ def diagnose(set_name: str, seed: int, quick: bool = False) -> list[str]:
 
 
 def _read(path: Path) -> dict:
+    """The family's state: the rows (with their per-row log densities), runs and diagnoses kept in the JSON beside
+    the report (earlier reports kept it in a comment of the report itself)."""
+    if path.with_suffix(".json").exists():
+        return json.loads(path.with_suffix(".json").read_text())
     if not path.exists():
         return {"rows": [], "runs": []}
     text = path.read_text()
@@ -196,17 +222,18 @@ def _read(path: Path) -> dict:
 def _table(rows: list[dict]) -> list[str]:
     order = {s: i for i, s in enumerate(SETS)}
     morder = {m: i for i, m in enumerate(METHODS)}
-    maps = {(r["set"], r["seed"]): r["nll"] for r in rows if r["method"] == "map"}
+    maps = {(r["set"], r["seed"]): r for r in rows if r["method"] == "map"}
     lines = ["| set | train / test rows | classes | seed | method | accuracy | NLL | ECE | calibrated ECE q95 | ECE ok | "
-             "NLL < map | prior precision | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "NLL - map's (se) | vs map | prior precision | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (order.get(r["set"], 99), r["seed"], morder.get(r["method"], 99), r["method"])):
         ok = "yes" if r["ece"] <= r["ece_q95"] else "**no**"
-        map_nll = maps.get((r["set"], r["seed"]))
-        below = "" if r["method"] == "map" or map_nll is None else ("yes" if r["nll"] < map_nll else "**no**")
+        pair = None if r["method"] == "map" else paired_difference(r, maps.get((r["set"], r["seed"])))
+        difference = "" if pair is None else f"{pair[0]:+.4f} ({pair[1]:.4f})"
         prior = "" if r.get("prior_precision") is None else f"{r['prior_precision']:.3g}"
         name = f"`{r['method']}`" + (" (quick)" if r.get("quick") else "")
         lines.append(f"| {r['set']} | {r['train']} / {r['test']} | {r['classes']} | {r['seed']} | {name} | {r['accuracy']:.3f} | "
-                     f"{r['nll']:.4f} | {r['ece']:.4f} | {r['ece_q95']:.4f} | {ok} | {below} | {prior} | "
+                     f"{r['nll']:.4f} | {r['ece']:.4f} | {r['ece_q95']:.4f} | {ok} | {difference} | {nll_verdict(pair)} | {prior} | "
                      f"{r['seconds']:.0f} |")
     return lines
 
@@ -221,20 +248,24 @@ def write_report(path: Path, state: dict) -> None:
     lines += ["", *_table(state["rows"]), "", *_tallies(state["rows"]), ""]
     for set_name, diagnosis in sorted(state.get("diagnosis", {}).items()):
         lines += ["## Diagnosis", "", *diagnosis, ""]
-    lines += [ROWS_MARK + json.dumps(state) + " -->", ""]
+    path.with_suffix(".json").write_text(json.dumps(state) + "\n")
     path.write_text("\n".join(lines))
 
 
 def _tallies(rows: list[dict]) -> list[str]:
-    maps = {(r["set"], r["seed"]): r["nll"] for r in rows if r["method"] == "map"}
+    maps = {(r["set"], r["seed"]): r for r in rows if r["method"] == "map"}
     lines = []
     for method in sorted({r["method"] for r in rows}, key=lambda m: (METHODS.index(m) if m in METHODS else 99, m)):
         mine = [r for r in rows if r["method"] == method]
         ok = sum(r["ece"] <= r["ece_q95"] for r in mine)
-        compared = [r for r in mine if (r["set"], r["seed"]) in maps and method != "map"]
-        below = sum(r["nll"] < maps[(r["set"], r["seed"])] for r in compared)
+        verdicts = [nll_verdict(paired_difference(r, maps.get((r["set"], r["seed"])))) for r in mine
+                    if method != "map"]
+        verdicts = [v for v in verdicts if v]
         lines.append(f"- `{method}`: ECE within the calibrated model's 95% quantile in {ok} of {len(mine)} runs (set, seed)"
-                     + (f"; NLL below the MAP's on {below} of {len(compared)}" if compared else ""))
+                     + (f"; NLL below the MAP's in {verdicts.count('below')} of {len(verdicts)}, above it by at most "
+                        f"twice the paired standard error (a tie within the test rows' noise) in "
+                        f"{verdicts.count('tie')}, above by more in {len(verdicts) - verdicts.count('below') - verdicts.count('tie')}"
+                        if verdicts else ""))
     return lines
 
 

@@ -17,7 +17,7 @@ import pyro_bdl
 from pyro_bdl.data.embedded import digits_split, split_dataset
 from pyro_bdl.data.table import Dataset
 from pyro_bdl.inference.ggn import OnRows, ggn
-from pyro_bdl.inference.laplace import LINEARISED_AT
+from pyro_bdl.inference.laplace import LINEARISED_AT, _held_out
 from pyro_bdl.models.blr import posterior_moments
 from pyro_bdl.models.bnn import bnn_classifier
 from pyro_bdl.models.coin import posterior_beta
@@ -94,7 +94,9 @@ def test_laplace_ggn_suits_the_networks_only():
 @pytest.mark.parametrize("settings,message", [({"subset": "first-layer"}, "subset"), ({"predictive": "mc"}, "predictive"),
                                               ({"prior_precision": "-1"}, "prior_precision"),
                                               ({"prior_precision": "big"}, "prior_precision"),
-                                              ({"prior_precision": "validation", "validation": 1.5}, "validation")])
+                                              ({"prior_precision": "validation", "validation": 1.5}, "validation"),
+                                              ({"prior_precision": "validation", "folds": 6}, "folds"),
+                                              ({"prior_precision": "validation", "folds": "0"}, "folds")])
 def test_laplace_ggn_names_a_bad_setting(settings, message):
     with pytest.raises(ValueError, match=message):
         pyro_bdl.fit("bnn-regressor", _toy_regression(), inference="laplace-ggn", options={"hidden": "3"}, steps=10,
@@ -302,6 +304,27 @@ def _calibrated_ece_quantile(prob: np.ndarray, reps: int = 200, seed: int = 0) -
     return float(np.quantile([expected_calibration_error(prob, np.minimum((rng.random((len(prob), 1)) > cumulative)
                                                                           .sum(1), prob.shape[1] - 1))
                               for _ in range(reps)], 0.95))
+
+
+def test_held_out_parts_are_disjoint_stratified_and_cover_the_rows_at_five_folds():
+    """``folds`` held-out parts: disjoint, each a fifth of every class at ``fraction`` 0.2, together every row at 5
+    folds; each pair's kept rows are the rest.  Where the classes are too small to give a part any row, the parts are
+    drawn from all rows; too few rows for the parts is a clear error."""
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 20)
+    pairs = _held_out(labels, 0.2, 5)
+    helds = [held for _, held in pairs]
+    assert sorted(torch.cat(helds).tolist()) == list(range(100))
+    for kept, held in pairs:
+        assert [int((labels[held] == c).sum()) for c in range(3)] == [10, 6, 4]
+        assert sorted(kept.tolist() + held.tolist()) == list(range(100))
+    one = _held_out(labels, 0.2, 1)
+    assert len(one) == 1 and len(one[0][1]) == 20
+    uneven = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 2, 2])  # parts of uneven size, still a partition
+    assert sorted(torch.cat([held for _, held in _held_out(uneven, 0.2, 5)]).tolist()) == list(range(10))
+    pairs = torch.arange(10).repeat(2)  # ten classes of two rows: no class gives a fifth; a fifth of all rows
+    assert [len(held) for _, held in _held_out(pairs, 0.2, 1)] == [4]
+    with pytest.raises(ValueError, match="fewer folds"):
+        _held_out(torch.zeros(4), 0.2, 5)
 
 
 def test_on_rows_is_the_model_of_those_rows():

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -144,6 +146,17 @@ def test_a_method_limited_to_small_sets_is_skipped_with_a_note(root, monkeypatch
     tasks, notes = uci_bench._tasks(uci_bench.uci_folders(root), [MAP, DROPOUT], None, set(), 0)
     assert {t[2] for t in tasks} == {DROPOUT} and len(tasks) == 2 + 3
     assert notes == [f"{MAP} not run on mine: 48 rows > 40", f"{MAP} not run on yacht: 48 rows > 40"]
+
+
+def test_fits_are_made_split_by_split_skipping_the_done_ones(root):
+    """A run stopped early covers every set alike: all of split k's fits (sets and methods in the order given) come
+    before split k + 1's; fits already in the rows are not made again."""
+    done = {("mine", 0, MAP, 0)}
+    tasks, _ = uci_bench._tasks(uci_bench.uci_folders(root), [MAP, DROPOUT], None, done, 0)
+    names = [(Path(folder).name, split, entry) for folder, split, entry, _ in tasks]
+    assert names == [("mine", 0, DROPOUT), ("yacht", 0, MAP), ("yacht", 0, DROPOUT),
+                     ("mine", 1, MAP), ("mine", 1, DROPOUT), ("yacht", 1, MAP), ("yacht", 1, DROPOUT),
+                     ("mine", 2, MAP), ("mine", 2, DROPOUT)]
 
 
 def test_goals_count_the_data_sets_that_meet_them():

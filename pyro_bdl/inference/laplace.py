@@ -172,7 +172,7 @@ def _prior_setting(value):
 
 
 def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, subset: str, prior_precision,
-                    predictive: str, progress: bool, validation: float = 0.2, checkpoint=None, init_loc_fn=None,
+                    predictive: str, progress: bool, validation: float = 0.2, folds: int = 1, checkpoint=None, init_loc_fn=None,
                     **adam) -> Draws:
     """The MAP by the zoo's ``map`` (``steps`` of Adam at ``lr``), then the GGN Laplace over the weights of
     ``subset`` (``all`` dense layers or the ``last-layer``), every other latent site (the noise sd, the other
@@ -206,7 +206,7 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
         # (benchmarks/results/laplace_calibration.md).  Regression keeps marglik (the sine-gap results rest on it).
         choice = "validation" if curvature.likelihood == "categorical" else "marglik"
     map_settings = dict(steps=steps, lr=lr, progress=progress, init_loc_fn=init_loc_fn, **adam)
-    prior_mean, precision, chosen = _prior(choice, model, data, point, sites, curvature, theta, validation,
+    prior_mean, precision, chosen = _prior(choice, model, data, point, sites, curvature, theta, (validation, folds),
                                            map_settings)
     try:
         cholesky = torch.linalg.cholesky(curvature.matrix + torch.diag(precision))
@@ -227,7 +227,7 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     return Draws(draws, losses=mode.losses, guide=posterior, info=info, params=params)
 
 
-def _prior(choice, model, data, point, sites, curvature, theta, validation, map_settings):
+def _prior(choice, model, data, point, sites, curvature, theta, held_out, map_settings):
     """The weights' Gaussian prior by the ``choice`` made (mean, precision: each (P,) float64) and info on it."""
     if choice == "model":
         return (*model_prior(model, data, point, sites), {})
@@ -235,35 +235,52 @@ def _prior(choice, model, data, point, sites, curvature, theta, validation, map_
     if choice == "marglik":
         delta = marglik_precision(torch.linalg.eigvalsh(curvature.matrix), float(theta @ theta))
     elif choice == "validation":
-        delta, chosen = validation_precision(model, data, sites, fraction=validation, **map_settings)
+        fraction, folds = held_out
+        delta, chosen = validation_precision(model, data, sites, fraction=fraction, folds=folds, **map_settings)
     else:
         delta = choice
     return torch.zeros_like(theta), torch.full_like(theta, delta), chosen
 
 
-def validation_precision(model, data: dict, sites: list[str], *, fraction: float, grid=VALIDATION_GRID,
-                         **map_settings) -> tuple[float, dict]:
+def validation_precision(model, data: dict, sites: list[str], *, fraction: float, folds: int = 1,
+                         grid=VALIDATION_GRID, **map_settings) -> tuple[float, dict]:
     """The scalar prior precision in ``grid`` whose linearised predictive best predicts held-out rows, and info on it.
 
-    ``fraction`` of the rows of the model's data plate are held out (drawn from Pyro's random stream; of each class
-    alike for integer labels), the MAP is fitted to the other rows (:func:`~pyro_bdl.inference.svi.run_map` with
-    ``map_settings``; its parameters kept apart from the param store's), the GGN of ``sites`` taken there, and each
-    precision :math:`\\delta` scored by the mean negative log predictive density of the held-out rows under the
-    network linearised at that MAP: :math:`\\mathcal N(f, A + \\sigma^2 I)` for a Normal likelihood; for a
-    Categorical the softmax of :data:`VALIDATION_DRAWS` logit draws from :math:`\\mathcal N(f, A)`, averaged,
-    :math:`A = J (G + \\delta I)^{-1} J^\\top` (k, k) per row, from one eigendecomposition of G.  The caller then
-    uses the precision found with the MAP and GGN of all the rows.
+    ``folds`` disjoint parts of the model's data plate, each ``fraction`` of its rows, are held out in turn (drawn
+    from Pyro's random stream; of each class alike for integer labels; ``folds=5`` at ``fraction=0.2`` is 5-fold
+    cross-validation, every row held out once).  For each part the MAP is fitted to the other rows
+    (:func:`~pyro_bdl.inference.svi.run_map` with ``map_settings``; its parameters kept apart from the param
+    store's), the GGN of ``sites`` taken there, and each precision :math:`\\delta` scored by the negative log
+    predictive density of the held-out rows under the network linearised at that MAP:
+    :math:`\\mathcal N(f, A + \\sigma^2 I)` for a Normal likelihood; for a Categorical the softmax of
+    :data:`VALIDATION_DRAWS` logit draws from :math:`\\mathcal N(f, A)`, averaged,
+    :math:`A = J (G + \\delta I)^{-1} J^\\top` (k, k) per row, from one eigendecomposition of G.  The precision
+    with the least total over the parts wins; the caller then uses it with the MAP and GGN of all the rows.
     """
     if not 0.0 < float(fraction) < 1.0:
         raise ValueError(f"setting 'validation' of inference 'laplace-ggn' must lie strictly between 0 and 1, got "
                          f"{fraction!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1 or folds * float(fraction) > 1 + 1e-9:
+        raise ValueError(f"setting 'folds' of inference 'laplace-ggn' must be an integer >= 1 with folds x validation "
+                         f"<= 1 (disjoint held-out parts), got folds={folds!r} at validation={fraction!r}")
     plate, observed = data_rows(model, data)
     if plate is None:
         raise ValueError("prior_precision=validation holds rows out through the model's data plate, and this model "
                          "does not index its rows by a subsampled plate: give prior_precision=marglik or a number")
-    kept, held = _held_out(observed, float(fraction))
+    nll, rows = torch.zeros(len(grid), dtype=torch.float64, device=observed.device), 0
+    for kept, held in _held_out(observed, float(fraction), folds):
+        nll += _held_out_scores(model, data, sites, plate, observed.shape[0], kept, held, grid, map_settings)
+        rows += len(held)
+    best = int(torch.argmin(nll))
+    return grid[best], {"laplace_validation_rows": rows, "laplace_validation_folds": folds,
+                        "laplace_validation_nll": float(nll[best]) / rows}
+
+
+def _held_out_scores(model, data, sites, plate, n, kept, held, grid, map_settings) -> torch.Tensor:
+    """The summed negative log predictive density of the ``held`` rows at each precision of ``grid`` (len(grid),),
+    float64, under the network linearised at the MAP of the ``kept`` rows."""
     with pyro.get_param_store().scope():
-        mode = run_map(OnRows(plate, kept, observed.shape[0])(model), data, **map_settings)
+        mode = run_map(OnRows(plate, kept, n)(model), data, **map_settings)
     point = {name: value[0, 0] for name, value in mode.samples.items()}
     lam, V = torch.linalg.eigh(ggn(model, data, point, sites, rows=kept).matrix)
     deltas = torch.tensor(grid, dtype=torch.float64, device=V.device)
@@ -274,27 +291,35 @@ def validation_precision(model, data: dict, sites: list[str], *, fraction: float
         z = torch.randn((VALIDATION_DRAWS, *chunk.outputs.shape), dtype=torch.float64, device=V.device)
         for g in range(len(grid)):
             nll[g] += _held_out_nll(chunk, (JV * inverse[g]) @ JV.transpose(1, 2), z)
-    best = int(torch.argmin(nll))
-    return grid[best], {"laplace_validation_rows": len(held), "laplace_validation_nll": float(nll[best]) / len(held)}
+    return nll
 
 
-def _held_out(observed: torch.Tensor, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(kept, held) row indices: ``fraction`` of the rows held out at random, of each class alike when ``observed``
-    (n, ...) holds integer labels (where the classes are too small for that, ``fraction`` of all rows, at least one;
-    at least one row is kept)."""
+def _held_out(observed: torch.Tensor, fraction: float, folds: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``folds`` pairs (kept, held) of row indices: disjoint held-out parts, each ``fraction`` of the rows drawn at
+    random, of each class alike when ``observed`` (n, ...) holds integer labels (part j: the rows of each class from
+    j x fraction to (j + 1) x fraction of its count, in a random order; where that leaves a part empty, ``fraction``
+    of all rows, at least one); at least one row is kept in each pair."""
     n = observed.shape[0]
     if n < 2:
         raise ValueError(f"prior_precision=validation needs at least 2 rows (one to fit, one to score), got {n}")
     every = torch.arange(n, device=observed.device)
     groups = [] if observed.is_floating_point() else [every[observed == c] for c in observed.unique()]
-    held = [rows[torch.randperm(len(rows), device=rows.device)][:int(round(fraction * len(rows)))] for rows in groups]
-    held = torch.cat(held) if held else every[:0]
-    if len(held) in (0, n):
-        held = torch.randperm(n, device=every.device)[:min(n - 1, max(1, int(round(fraction * n))))]
-    held = held.sort().values
-    keep = torch.ones(n, dtype=torch.bool, device=observed.device)
-    keep[held] = False
-    return every[keep], held
+    orders = [rows[torch.randperm(len(rows), device=rows.device)] for rows in groups]
+    cut = lambda j, size: int(j * fraction * size + 1e-9)  # part j of a class: its rows cut(j) to cut(j + 1)
+    helds = [torch.cat([o[cut(j, len(o)):cut(j + 1, len(o))] for o in orders]) if orders else every[:0]
+             for j in range(folds)]
+    if any(len(held) in (0, n) for held in helds):  # classes too small to hold out of each: draw from all rows
+        order, m = torch.randperm(n, device=every.device), max(1, int(fraction * n + 1e-9))
+        if folds * m > n - 1:
+            raise ValueError(f"prior_precision=validation: {n} rows cannot hold out {folds} part(s) of "
+                             f"{max(fraction, 1 / n):.3g} each and keep rows to fit: give fewer folds")
+        helds = [order[j * m:(j + 1) * m] for j in range(folds)]
+    pairs = []
+    for held in helds:
+        keep = torch.ones(n, dtype=torch.bool, device=observed.device)
+        keep[held] = False
+        pairs.append((every[keep], held.sort().values))
+    return pairs
 
 
 def _held_out_nll(chunk, A: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -332,7 +357,7 @@ def _register() -> None:
         "laplace-ggn", "svi", "networks: the MAP, then the GGN Laplace (full or last-layer; prior precision chosen on "
         "held-out rows for a classifier, by the marginal likelihood for regression) with the linearised predictive "
         "(Immer et al. 2021)", run_laplace_ggn,
-        {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "auto", "validation": 0.2,
+        {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "auto", "validation": 0.2, "folds": 1,
          "predictive": "glm", **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
         quick={"steps": 100, "samples": 20},

@@ -184,7 +184,8 @@ def _check_methods(spec: ModelSpec, entries: Sequence[str]) -> None:
 
 def _tasks(folders: list[Path], entries: Sequence[str], splits: int | None, done: set, seed: int
            ) -> tuple[list[tuple], list[str]]:
-    """The fits still to make, as (folder, split, entry, seed), and notes on the ones a method's row limit skips."""
+    """The fits still to make, as (folder, split, entry, seed), split by split (each split's sets and methods in the
+    order given), and notes on the ones a method's row limit skips."""
     tasks, notes = [], []
     for folder in folders:
         count = uci_protocol(folder).splits
@@ -196,6 +197,7 @@ def _tasks(folders: list[Path], entries: Sequence[str], splits: int | None, done
                 continue
             tasks += [(str(folder), k, entry, seed) for k in range(min(count, splits or count))
                       if (folder.name, k, entry, seed) not in done]
+    tasks.sort(key=lambda task: task[1])  # split by split: a run stopped early covers every set alike
     return tasks, notes
 
 
