@@ -189,7 +189,7 @@ def diagnose(set_name: str, seed: int, quick: bool = False) -> list[str]:
              f"- the training probabilities are saturated: mean largest probability {float(p_train.max(1).values.mean()):.4f}, "
              f"sum over rows of tr(Lambda_i) = sum p(1 - p) = {float((p_train * (1 - p_train)).sum()):.1f} over "
              f"{len(p_train)} rows: the likelihood adds almost no curvature"]
-    for d in (delta, 10.0, 100.0, 1000.0):
+    for d in (delta, 10.0, 100.0, 1000.0, 1e4):
         L = torch.linalg.cholesky(G + d * torch.eye(P, dtype=torch.float64))
         A = torch.linalg.solve_triangular(L, J.reshape(-1, P).T, upper=False).T.reshape(J.shape)
         cov = A @ A.transpose(1, 2)  # J (G + d I)^-1 J^T per test row
@@ -201,10 +201,21 @@ def diagnose(set_name: str, seed: int, quick: bool = False) -> list[str]:
                 f"MAP's margin (largest minus second logit) median {float((top2[:, 1] - top2[:, 0]).median()):.2f}; "
                 f"predictive recomputed from N(f, J Sigma J^T), 1000 logit draws: accuracy "
                 f"{float((prob.argmax(1) == y).mean()):.3f}, mean confidence {float(prob.max(1).mean()):.3f}, ECE "
-                f"{expected_calibration_error(prob, y):.3f}")
+                f"{expected_calibration_error(prob, y):.3f}, NLL {_nll(prob, y):.4f}")
         lines.append(text + (f" (the package's predictive, {fit.num_draws} weight draws: ECE {package_ece:.3f})"
                              if d == delta else " (read off the test rows: a diagnosis, not a choice)"))
+    prob = torch.softmax(f, -1).numpy()
+    lines.append(f"- delta = infinity (the MAP's own predictive, softmax(f)): accuracy {float((prob.argmax(1) == y).mean()):.3f}, "
+                 f"mean confidence {float(prob.max(1).mean()):.3f}, ECE {expected_calibration_error(prob, y):.3f}, NLL "
+                 f"{_nll(prob, y):.4f}; on a row the MAP gets right with a wide margin, averaging the softmax over "
+                 f"logit draws around f lowers the right class's probability (Jensen: the softmax is concave there), "
+                 f"so where nearly every test row is such a row the NLL falls towards the MAP's as delta grows (the "
+                 f"lines above)")
     return lines
+
+
+def _nll(prob: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.log(prob[np.arange(len(y)), y]).mean())
 
 
 def _read(path: Path) -> dict:

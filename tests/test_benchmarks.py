@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import math
 import subprocess
 import sys
@@ -505,7 +506,11 @@ def test_laplace_calibration_quick_run_writes_its_table_and_diagnosis(tmp_path):
     assert "| calibrated ECE q95 |" in text and "| iris | 112 / 38 | 3 | 0 | `laplace-ggn` (quick) |" in text, text
     assert "| iris | 112 / 38 | 3 | 0 | `map` (quick) |" in text, text  # kept when the diagnosis run rewrote the file
     assert "- `laplace-ggn`: ECE within the calibrated model's 95% quantile in" in text, text
+    assert "; NLL below the MAP's in " in text, text  # the paired difference from map's per-row densities
     assert "## Diagnosis" in text and "the marginal likelihood's prior precision delta = " in text, text
+    assert "delta = infinity (the MAP's own predictive" in text, text
+    state = json.loads((tmp_path / "laplace_calibration.json").read_text())
+    assert {len(r["row_ll"]) for r in state["rows"]} == {38}, state["rows"]
 
 
 def test_compare_examples_quick_run_writes_the_three_reports(tmp_path):
