@@ -170,6 +170,19 @@ def test_goals_count_the_data_sets_that_meet_them():
     assert lines[2] == "- `nuts` the best log-likelihood of the zoo where it runs: 0 of 1 data sets; not on yacht"
 
 
+def test_nuts_is_compared_on_the_splits_it_ran_on():
+    """nuts on split 0 alone is judged against the others' split 0, not their mean over splits it did not run on:
+    here map's mean over splits 0-1 (-1.0) is above nuts's -1.5, but on split 0 map has -2."""
+    rows = pd.DataFrame({"dataset": "yacht", "split": [0, 1, 0], "method": ["map", "map", "nuts"], "seed": 0,
+                         "rmse": 1.0, "seconds": 1.0, "chosen": "", "train_rows": 9, "test_rows": 1,
+                         "test_ll": [-2.0, 0.0, -1.5]})
+    assert goals(summarise(rows), {"yacht": 2})[2].startswith(
+        "- `nuts` the best log-likelihood of the zoo where it runs: 0 of 1 data sets; not on yacht")
+    assert goals(summarise(rows), {"yacht": 2}, rows)[2] == (
+        "- `nuts` the best log-likelihood of the zoo where it runs: 1 of 1 data sets (each method on the splits "
+        "`nuts` ran on) (partial: 1 of 2 splits on yacht)")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--datasets", "nope"], "no data set 'nope'; found: mine, yacht"),
     (["--methods", "no-such-method"], "unknown inference method 'no-such-method'"),
