@@ -31,12 +31,13 @@ over ``subset`` = ``all`` weights or the ``last-layer``'s, every other latent si
 value, the prior precision :math:`P_0 = \delta I`, and the draws predicting through the network linearised at the
 MAP (``predictive=glm``, declared as the method's ``predictive_model``; ``nn``: the network itself).  The scalar
 :math:`\delta` (``prior_precision=auto``) is, for a classifier, the one whose linearised predictive best predicts
-rows held out of a second MAP (laplace-torch's gridsearch; the marginal likelihood's maximum leaves the predictive
-far too wide, because saturated training probabilities give the GGN almost no curvature and most directions keep the
-prior's variance; benchmarks/RESULTS.md, "laplace-ggn"): 5-fold cross-validation by default (``folds=5`` parts of
-``validation`` = a fifth of the rows, each held out of its own MAP, so every training row scores the choice; one part
-alone, ``folds=1``, chose noisily on small sets: benchmarks/results/laplace_calibration.md); for regression it is the
-maximum of the Laplace marginal likelihood (``marglik``); or ``model``: the model's own Normal prior; or a number.
+rows held out of MAPs fitted to the rest (laplace-torch's gridsearch; the marginal likelihood's maximum leaves the
+predictive far too wide, because saturated training probabilities give the GGN almost no curvature and most
+directions keep the prior's variance; benchmarks/RESULTS.md, "laplace-ggn"): 5-fold cross-validation by default
+(``folds=5`` parts of ``validation`` = a fifth of the rows, each held out of its own MAP, so every training row scores
+the choice; one part alone, ``folds=1``, chose noisily on small sets: benchmarks/results/laplace_calibration.md); for
+regression it is the maximum of the Laplace marginal likelihood (``marglik``); or ``model``: the model's own Normal
+prior; or a number.
 
 Example
 -------
