@@ -97,7 +97,8 @@ def test_laplace_ggn_suits_the_networks_only():
                                               ({"prior_precision": "validation", "validation": 1.5}, "validation"),
                                               ({"prior_precision": "validation", "folds": 6}, "folds"),
                                               ({"prior_precision": "validation", "folds": "0"}, "folds")])
-def test_laplace_ggn_names_a_bad_setting(settings, message):
+def test_laplace_ggn_names_a_bad_setting(settings, message, monkeypatch):
+    monkeypatch.setattr("pyro_bdl.inference.laplace.run_map", None)  # refused before any fit
     with pytest.raises(ValueError, match=message):
         pyro_bdl.fit("bnn-regressor", _toy_regression(), inference="laplace-ggn", options={"hidden": "3"}, steps=10,
                      progress=False, **settings)

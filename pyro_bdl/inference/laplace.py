@@ -192,6 +192,7 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     _check_choice("subset", subset, SUBSETS)
     _check_choice("predictive", predictive, PREDICTIVES)
     prior_precision = _prior_setting(prior_precision)
+    _check_held_out(validation, folds)  # before the MAP: a bad setting costs no fit
     mode = run_map(model, data, steps=steps, lr=lr, progress=progress, checkpoint=checkpoint,
                    init_loc_fn=init_loc_fn, **adam)
     point = {name: value[0, 0] for name, value in mode.samples.items()}
@@ -260,12 +261,7 @@ def validation_precision(model, data: dict, sites: list[str], *, fraction: float
     :math:`A = J (G + \\delta I)^{-1} J^\\top` (k, k) per row, from one eigendecomposition of G.  The precision
     with the least total over the parts wins; the caller then uses it with the MAP and GGN of all the rows.
     """
-    if not 0.0 < float(fraction) < 1.0:
-        raise ValueError(f"setting 'validation' of inference 'laplace-ggn' must lie strictly between 0 and 1, got "
-                         f"{fraction!r}")
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1 or folds * float(fraction) > 1 + 1e-9:
-        raise ValueError(f"setting 'folds' of inference 'laplace-ggn' must be an integer >= 1 with folds x validation "
-                         f"<= 1 (disjoint held-out parts), got folds={folds!r} at validation={fraction!r}")
+    _check_held_out(fraction, folds)
     plate, observed = data_rows(model, data)
     if plate is None:
         raise ValueError("prior_precision=validation holds rows out through the model's data plate, and this model "
@@ -277,6 +273,17 @@ def validation_precision(model, data: dict, sites: list[str], *, fraction: float
     best = int(torch.argmin(nll))
     return grid[best], {"laplace_validation_rows": rows, "laplace_validation_folds": folds,
                         "laplace_validation_nll": float(nll[best]) / rows}
+
+
+def _check_held_out(fraction: float, folds: int) -> None:
+    """The ``validation`` fraction and the number of ``folds``: a clear error unless 0 < fraction < 1 and ``folds``
+    disjoint parts of that fraction fit in the rows."""
+    if not 0.0 < float(fraction) < 1.0:
+        raise ValueError(f"setting 'validation' of inference 'laplace-ggn' must lie strictly between 0 and 1, got "
+                         f"{fraction!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1 or folds * float(fraction) > 1 + 1e-9:
+        raise ValueError(f"setting 'folds' of inference 'laplace-ggn' must be an integer >= 1 with folds x validation "
+                         f"<= 1 (disjoint held-out parts), got folds={folds!r} at validation={fraction!r}")
 
 
 def _held_out_scores(model, data, sites, plate, n, kept, held, grid, map_settings) -> torch.Tensor:
@@ -360,8 +367,7 @@ def _register() -> None:
         "laplace-ggn", "svi", "networks: the MAP, then the GGN Laplace (full or last-layer; prior precision chosen by "
         "5-fold cross-validation for a classifier, by the marginal likelihood for regression) with the linearised "
         "predictive (Immer et al. 2021)", run_laplace_ggn,
-        # folds: 5-fold cross-validation brought ECE within a calibrated model's noise on 24 of 24 runs of the
-        # family against 22 for one held-out fifth, at 3.2x the time (benchmarks/results/laplace_calibration.md)
+        # folds 5: ECE within noise on the whole classification family (RESULTS.md, "laplace-ggn")
         {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "auto", "validation": 0.2,
          "folds": 5, "predictive": "glm", **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
