@@ -310,7 +310,7 @@ def _calibrated_ece_quantile(prob: np.ndarray, reps: int = 200, seed: int = 0) -
 def test_held_out_parts_are_disjoint_stratified_and_cover_the_rows_at_five_folds():
     """``folds`` held-out parts: disjoint, each a fifth of every class at ``fraction`` 0.2, together every row at 5
     folds; each pair's kept rows are the rest.  Where the classes are too small to give a part any row, the parts are
-    drawn from all rows; too few rows for the parts is a clear error."""
+    cut from all rows; on too few rows for the parts there are fewer (each keeps rows to fit)."""
     labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 20)
     pairs = _held_out(labels, 0.2, 5)
     helds = [held for _, held in pairs]
@@ -324,8 +324,10 @@ def test_held_out_parts_are_disjoint_stratified_and_cover_the_rows_at_five_folds
     assert sorted(torch.cat([held for _, held in _held_out(uneven, 0.2, 5)]).tolist()) == list(range(10))
     pairs = torch.arange(10).repeat(2)  # ten classes of two rows: no class gives a fifth; a fifth of all rows
     assert [len(held) for _, held in _held_out(pairs, 0.2, 1)] == [4]
-    with pytest.raises(ValueError, match="fewer folds"):
-        _held_out(torch.zeros(4), 0.2, 5)
+    assert [len(held) for _, held in _held_out(pairs, 0.2, 5)] == [4] * 5
+    few = _held_out(torch.zeros(4), 0.2, 5)  # four rows: four parts of one, each fitted on the other three
+    assert [(len(kept), len(held)) for kept, held in few] == [(3, 1)] * 4
+    assert [len(held) for _, held in _held_out(torch.zeros(2), 0.2, 1)] == [1]
 
 
 def test_on_rows_is_the_model_of_those_rows():

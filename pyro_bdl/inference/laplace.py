@@ -252,7 +252,7 @@ def validation_precision(model, data: dict, sites: list[str], *, fraction: float
 
     ``folds`` disjoint parts of the model's data plate, each ``fraction`` of its rows, are held out in turn (drawn
     from Pyro's random stream; of each class alike for integer labels; ``folds=5`` at ``fraction=0.2`` is 5-fold
-    cross-validation, every row held out once).  For each part the MAP is fitted to the other rows
+    cross-validation, every row held out once; fewer parts on too few rows: :func:`_held_out`).  For each part the MAP is fitted to the other rows
     (:func:`~pyro_bdl.inference.svi.run_map` with ``map_settings``; its parameters kept apart from the param
     store's), the GGN of ``sites`` taken there, and each precision :math:`\\delta` scored by the negative log
     predictive density of the held-out rows under the network linearised at that MAP:
@@ -267,11 +267,12 @@ def validation_precision(model, data: dict, sites: list[str], *, fraction: float
         raise ValueError("prior_precision=validation holds rows out through the model's data plate, and this model "
                          "does not index its rows by a subsampled plate: give prior_precision=marglik or a number")
     nll, rows = torch.zeros(len(grid), dtype=torch.float64, device=observed.device), 0
-    for kept, held in _held_out(observed, float(fraction), folds):
+    parts = _held_out(observed, float(fraction), folds)
+    for kept, held in parts:
         nll += _held_out_scores(model, data, sites, plate, observed.shape[0], kept, held, grid, map_settings)
         rows += len(held)
     best = int(torch.argmin(nll))
-    return grid[best], {"laplace_validation_rows": rows, "laplace_validation_folds": folds,
+    return grid[best], {"laplace_validation_rows": rows, "laplace_validation_folds": len(parts),
                         "laplace_validation_nll": float(nll[best]) / rows}
 
 
@@ -305,10 +306,11 @@ def _held_out_scores(model, data, sites, plate, n, kept, held, grid, map_setting
 
 
 def _held_out(observed: torch.Tensor, fraction: float, folds: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``folds`` pairs (kept, held) of row indices: disjoint held-out parts, each ``fraction`` of the rows drawn at
-    random, of each class alike when ``observed`` (n, ...) holds integer labels (part j: the rows of each class from
-    j x fraction to (j + 1) x fraction of its count, in a random order; where that leaves a part empty, ``fraction``
-    of all rows, at least one); at least one row is kept in each pair."""
+    """Up to ``folds`` pairs (kept, held) of row indices: disjoint held-out parts, each ``fraction`` of the rows drawn
+    at random, of each class alike when ``observed`` (n, ...) holds integer labels (part j: the rows of each class
+    from j x fraction to (j + 1) x fraction of its count, in a random order).  Where that leaves a part empty, the
+    parts are cut from all rows alike, and on too few rows for ``folds`` parts the empty ones are dropped (at least
+    one part of one row); at least one row is kept in each pair."""
     n = observed.shape[0]
     if n < 2:
         raise ValueError(f"prior_precision=validation needs at least 2 rows (one to fit, one to score), got {n}")
@@ -319,11 +321,8 @@ def _held_out(observed: torch.Tensor, fraction: float, folds: int = 1) -> list[t
     helds = [torch.cat([o[cut(j, len(o)):cut(j + 1, len(o))] for o in orders]) if orders else every[:0]
              for j in range(folds)]
     if any(len(held) in (0, n) for held in helds):  # classes too small to hold out of each: draw from all rows
-        order, m = torch.randperm(n, device=every.device), max(1, int(fraction * n + 1e-9))
-        if folds * m > n - 1:
-            raise ValueError(f"prior_precision=validation: {n} rows cannot hold out {folds} part(s) of "
-                             f"{max(fraction, 1 / n):.3g} each and keep rows to fit: give fewer folds")
-        helds = [order[j * m:(j + 1) * m] for j in range(folds)]
+        order = torch.randperm(n, device=every.device)
+        helds = [held for held in (order[cut(j, n):cut(j + 1, n)] for j in range(folds)) if len(held)] or [order[:1]]
     pairs = []
     for held in helds:
         keep = torch.ones(n, dtype=torch.bool, device=observed.device)
