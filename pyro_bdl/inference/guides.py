@@ -19,6 +19,7 @@ AutoGuide class instantiated with the model
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pyro
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer import autoguide
 from pyro.infer.autoguide.initialization import InitMessenger
+from pyro.ops.tensor_utils import periodic_repeat
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to, constraints, transforms
@@ -88,7 +90,9 @@ class MeanFieldGuide:
 
     Each latent site is approximated in its unconstrained space ``u = T^{-1}(theta)``; for
     real-valued sites ``T`` is the identity and the guide distribution is a plain ``Normal``, so
-    ``TraceMeanField_ELBO`` computes ``KL(q || p)`` analytically against a Normal prior.
+    ``TraceMeanField_ELBO`` computes ``KL(q || p)`` analytically against a Normal prior.  A site in the model's
+    vectorised plates is drawn inside the same plates; a subsampled plate's factors are kept for all its members
+    and each call trains the ones the plate draws (shapes: ``loc``, ``rho`` of the full site).
 
     Parameters
     ----------
@@ -123,31 +127,51 @@ class MeanFieldGuide:
         init_model = autoguide.initialization.InitMessenger(self.init_loc_fn)(self.model)
         with poutine.block(), torch.no_grad():
             trace = poutine.trace(init_model).get_trace(*args, **kwargs)
-        self._sites = {}
+        self._sites, self._plates = {}, {}
         for name, site in trace.nodes.items():
             if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
                 continue
             transform = biject_to(site["fn"].support)
             value = transform.inv(site["value"]).detach()
             event_dim = transform.domain.event_dim
-            self._sites[name] = (transform, event_dim, value)
+            frames = [f for f in site["cond_indep_stack"] if f.vectorized]
+            for frame in frames:  # a subsampled plate: the guide keeps one factor per member of the full plate
+                full = frame.full_size if frame.full_size is not None else frame.size
+                self._plates[frame.name] = (full, frame.size, frame.dim)
+                if full != frame.size:
+                    value = periodic_repeat(value, full, frame.dim - event_dim).contiguous()
+            self._sites[name] = (transform, event_dim, value, [f.name for f in frames])
+
+    def _site_plates(self) -> dict:
+        """The model's vectorised plates, made anew for each call (a subsampled one draws its members here, and
+        the model's plate of the same name takes them)."""
+        return {name: pyro.plate(name, full, subsample_size=size if size != full else None, dim=dim)
+                for name, (full, size, dim) in self._plates.items()}
 
     def __call__(self, *args, **kwargs) -> dict:
         if self._sites is None:
             self._setup(*args, **kwargs)
+        plates = self._site_plates()
         draws = {}
-        for name, (transform, event_dim, init) in self._sites.items():
+        for name, (transform, event_dim, init, frames) in self._sites.items():
             loc = pyro.param(f"{self.prefix}.{name}.loc", init.clone())
             rho = pyro.param(f"{self.prefix}.{name}.rho", _inverse_softplus(torch.full_like(init, self.init_scale)))
-            base = _Normal(loc, F.softplus(rho))
-            infer = {}
-            if not self.reparameterized:  # score-function gradients: never differentiate through the draw
-                base = base.has_rsample_(False)
-                infer = {"baseline": {"use_decaying_avg_baseline": True, "baseline_beta": 0.95}}
-            fn = base.to_event(event_dim)
-            if not _is_identity(transform):
-                fn = dist.TransformedDistribution(fn, transform)
-            draws[name] = pyro.sample(name, fn, infer=infer)
+            with contextlib.ExitStack() as stack:
+                for frame in frames:
+                    plate = plates[frame]
+                    members = stack.enter_context(plate)
+                    if plate.subsample_size < plate.size:  # this draw's members of the plate
+                        loc = loc.index_select(plate.dim - event_dim, members)
+                        rho = rho.index_select(plate.dim - event_dim, members)
+                base = _Normal(loc, F.softplus(rho))
+                infer = {}
+                if not self.reparameterized:  # score-function gradients: never differentiate through the draw
+                    base = base.has_rsample_(False)
+                    infer = {"baseline": {"use_decaying_avg_baseline": True, "baseline_beta": 0.95}}
+                fn = base.to_event(event_dim)
+                if not _is_identity(transform):
+                    fn = dist.TransformedDistribution(fn, transform)
+                draws[name] = pyro.sample(name, fn, infer=infer)
         return draws
 
     def median(self, *args, **kwargs) -> dict:
@@ -156,7 +180,7 @@ class MeanFieldGuide:
             self._setup(*args, **kwargs)
         return {
             name: transform(pyro.param(f"{self.prefix}.{name}.loc")).detach()
-            for name, (transform, _, _) in self._sites.items()
+            for name, (transform, *_) in self._sites.items()
         }
 
 
