@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from pathlib import Path
 
@@ -102,6 +106,30 @@ def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, mon
     assert len(json.loads((tmp_path / "cut" / "runs.json").read_text())) == 2  # no run logged
     key = ["dataset", "split", "method"]
     assert np.allclose(again.sort_values(key)["test_ll"], whole.sort_values(key)["test_ll"], rtol=1e-6)
+
+
+def test_a_terminated_parallel_run_keeps_its_rows_writes_its_report_and_goes_on(root, tmp_path):
+    """SIGTERM to a run of two worker processes (what a scheduler or ``timeout`` sends): it stops between two rows,
+    ends its workers, keeps the rows made, writes the report and exits 130; the same command then makes only the
+    fits missing."""
+    out = tmp_path / "out"
+    args = ["bench", "uci", "--root", str(root), "--datasets", "mine,yacht", "--methods", "map:steps=600",
+            "--out", str(out), "--no-progress", "--jobs", "2"]
+    code = f"import sys; from pyro_bdl.cli import main; sys.exit(main({args!r}))"
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 300
+    while not (out / "rows.csv").is_file() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    kept = pd.read_csv(out / "rows.csv")
+    assert run.returncode == 130, err
+    assert f"{len(kept)} fits kept" in err and 1 <= len(kept) < 5
+    assert "| mine |" in (out / "uci.md").read_text() or "| yacht |" in (out / "uci.md").read_text()
+    assert main(args[:-2] + ["--jobs", "1"]) == 0
+    rows = pd.read_csv(out / "rows.csv")
+    assert len(rows) == 5 and not rows.duplicated(["dataset", "split", "method"]).any()
 
 
 def test_parallel_processes_give_the_rows_of_one_process(root, tmp_path):

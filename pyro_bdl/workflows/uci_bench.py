@@ -14,7 +14,9 @@ fixed noise sd :math:`1/\sqrt\tau`), each candidate fitted on 80 % of the traini
 runs only on data sets of at most that many rows (NUTS: the five small sets).
 
 Each finished fit is a row of ``rows.csv`` in the output folder, written as it ends: an interrupted run keeps them,
-and the same command goes on with the fits not yet made.  ``jobs`` > 1 runs the fits in that many processes (one
+and the same command goes on with the fits not yet made.  Ctrl-C or SIGTERM stops a run between two rows: its worker
+processes are ended (their fits in progress are lost), the report is written from the rows kept, and the command
+exits 130.  ``jobs`` > 1 runs the fits in that many processes (one
 torch thread each).  :func:`~pyro_bdl.workflows.uci_report.write_report` turns the rows into ``uci.md``,
 ``uci.csv`` and ``uci.png``.
 
@@ -35,14 +37,16 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import multiprocessing
 import os
+import signal
+import threading
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Sequence
 
@@ -223,24 +227,59 @@ def _check_out(out: Path, force: bool) -> None:
 
 def _worker_init() -> None:
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
 
 
-def _results(tasks: list, jobs: int):
-    """Each task's row as its fit ends: in this process (``jobs`` 1) or in ``jobs`` spawned processes."""
+def _run_task(task: tuple) -> dict:
+    return run_split(*task)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event, in_process: bool):
+    """While the run lasts, SIGTERM (and Ctrl-C, with worker processes) sets ``stop``: the run ends between two
+    rows, keeps them and writes its report.  A fit in this process (``in_process``) is interrupted at once, as
+    Ctrl-C does.  Off the main thread (no signal handlers there) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        stop.set()
+        if in_process:
+            raise KeyboardInterrupt
+
+    signals = [signal.SIGTERM] + ([] if in_process else [signal.SIGINT])
+    previous = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _results(tasks: list, jobs: int, stop: threading.Event):
+    """Each task's row as its fit ends: in this process (``jobs`` 1) or in ``jobs`` spawned processes, stopped (the
+    running fits ended, the others dropped) when ``stop`` is set."""
     if jobs <= 1:
         for task in tasks:
             yield run_split(*task)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init) as pool:
-        futures = [pool.submit(run_split, *task) for task in tasks]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    pool = context.Pool(jobs, initializer=_worker_init)
+    try:
+        rows = pool.imap_unordered(_run_task, tasks)
+        for _ in tasks:
+            while True:  # wait in short steps, so that a signal only sets the flag, never breaks a lock's wait
+                if stop.is_set():
+                    raise KeyboardInterrupt
+                try:
+                    yield rows.next(timeout=0.5)
+                    break
+                except multiprocessing.TimeoutError:
+                    continue
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = None,
@@ -277,19 +316,29 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     jobs = max(1, min(jobs, len(tasks)))
     log = _RunLog(out / "runs.json", command, jobs)
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
+    stop = threading.Event()
     try:
-        for row in _results(tasks, jobs):
-            rows = pd.concat([rows, pd.DataFrame([row])], ignore_index=True) if len(rows) else pd.DataFrame([row])
-            atomic_write_text(out / "rows.csv", rows[list(ROW_COLUMNS)].to_csv(index=False))
-            log.fit_done()
-            bar.set_postfix_str(f"{row['dataset']} {row['split']} {row['method']}: LL {row['test_ll']:.2f}")
-            bar.update()
+        with _stop_on_signals(stop, in_process=jobs == 1), contextlib.closing(_results(tasks, jobs, stop)) as results:
+            rows = _kept_rows(out, rows, results, log, bar)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"{len(rows)} fits kept in {out / 'rows.csv'}; the same command goes on") from None
+        raise KeyboardInterrupt(f"{len(_read_rows(out / 'rows.csv'))} fits kept in {out / 'rows.csv'}; the same "
+                                "command goes on") from None
     finally:
         bar.close()
         log.write()
-        write_report(out, rows, {f.name: uci_protocol(f).splits for f in folders}, list(methods), notes)
+        write_report(out, _read_rows(out / "rows.csv"), {f.name: uci_protocol(f).splits for f in folders},
+                     list(methods), notes)
+    return rows
+
+
+def _kept_rows(out: Path, rows: pd.DataFrame, results, log: "_RunLog", bar) -> pd.DataFrame:
+    """Each row of ``results`` added to ``rows`` and written to ``out/rows.csv`` as it comes."""
+    for row in results:
+        rows = pd.concat([rows, pd.DataFrame([row])], ignore_index=True) if len(rows) else pd.DataFrame([row])
+        atomic_write_text(out / "rows.csv", rows[list(ROW_COLUMNS)].to_csv(index=False))
+        log.fit_done()
+        bar.set_postfix_str(f"{row['dataset']} {row['split']} {row['method']}: LL {row['test_ll']:.2f}")
+        bar.update()
     return rows
 
 
