@@ -30,7 +30,7 @@ DOCUMENTED = [
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
     "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift",
-    "pyro_bdl.workflows.sbc",
+    "pyro_bdl.workflows.sbc", "pyro_bdl.workflows.sbc_result", "pyro_bdl.posterior.rank_uniformity",
     "pyro_bdl.workflows.evidence", "pyro_bdl.workflows.uci_bench", "pyro_bdl.workflows.uci_report",
     "pyro_bdl.workflows.uci_published",
     "pyro_bdl.inference.dropout", "pyro_bdl.inference.concrete_dropout",

@@ -26,13 +26,13 @@ MCMC draws are autocorrelated, which alone makes the ranks non-uniform: they are
 (the least over the entries) before :math:`L` are taken, evenly spaced; a fit whose ESS cannot give :math:`L` draws is
 run again, longer, once.  Independent draws (``svi``, ``laplace``, ``importance``) are taken as they are.
 
-Uniformity is checked per entry in two ways: the ECDF of the fractional ranks against a simultaneous band
-(Säilynoja, Bürkner & Vehtari 2022, "Graphical test for discrete uniformity and its applications in goodness-of-fit
-evaluation and multiple sample comparison"): at :math:`z_i = i / (L + 1)` the count :math:`n F_n(z_i)` of ranks
-below :math:`i` is :math:`\mathrm{Binomial}(n, z_i)` under uniformity, and the band is the set of per-point central
-binomial intervals at the level :math:`\gamma` at which the whole ECDF stays inside with probability
-:math:`1 - \alpha` (:math:`\gamma` found by simulating uniform ranks, with a fixed seed); and Pearson's chi-square
-test of the ranks in bins.  The check fails where the ECDF leaves the band.
+Uniformity is checked per entry (:mod:`pyro_bdl.posterior.rank_uniformity`) in two ways: the ECDF of the fractional
+ranks against a simultaneous band (Säilynoja, Bürkner & Vehtari 2022, "Graphical test for discrete uniformity and
+its applications in goodness-of-fit evaluation and multiple sample comparison"): at :math:`z_i = i / (L + 1)` the
+count :math:`n F_n(z_i)` of ranks below :math:`i` is :math:`\mathrm{Binomial}(n, z_i)` under uniformity, and the
+band is the set of per-point central binomial intervals at the level :math:`\gamma` at which the whole ECDF stays
+inside with probability :math:`1 - \alpha` (:math:`\gamma` found by simulating uniform ranks, with a fixed seed);
+and Pearson's chi-square test of the ranks in bins. The check fails where the ECDF leaves the band.
 
 Replication :math:`i` draws everything from seed ``seed + i``, so the ranks do not depend on ``workers`` (processes
 that run replications side by side) nor on a resume from ``checkpoint`` (finished replications, kept as JSON lines).
@@ -55,17 +55,13 @@ True
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import math
 import multiprocessing
-import re
-import textwrap
 import time
 import warnings
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -84,9 +80,11 @@ from pyro_bdl.fit import fit
 from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference.pyro_internals import is_deterministic
 from pyro_bdl.inference.method import pyro_names_as_ours
+from pyro_bdl.posterior.rank_uniformity import ecdf_band, rank_of, uniformity
 from pyro_bdl.registry import ModelSpec, get_model, resolve
 from pyro_bdl.storage.checkpoint import fingerprint
 from pyro_bdl.storage.files import atomic_write_text
+from pyro_bdl.workflows.sbc_result import SBCResult
 
 __all__ = ["sbc", "SBCResult", "ecdf_band", "uniformity", "rank_of", "DEFAULT_DRAWS"]
 
@@ -119,271 +117,6 @@ class _Problem:
     fit_kwargs: dict
     options: dict | None
     seed: int
-
-
-# ---------------------------------------------------------------------------------------------------- the result
-
-
-@dataclass
-class SBCResult:
-    """The ranks of an SBC run and their checks.
-
-    Attributes
-    ----------
-    ranks : DataFrame, (replications, entries): the rank of the prior draw of each scalar entry of each latent site
-        among ``max_rank`` posterior draws, 0..max_rank; columns ``site`` or ``site[i]`` / ``site[i,j]``.
-    max_rank : L, the posterior draws per replication.
-    model, method : what was checked.
-    fits : DataFrame, one row per replication: its seed, the fit's draws, least bulk ESS, the thinning stride,
-        divergences, whether it was refit longer, and its warnings.
-    seconds : wall time of the run (the replications computed in it, not those read from a checkpoint).
-    """
-
-    ranks: pd.DataFrame
-    max_rank: int
-    model: str = ""
-    method: str = ""
-    fits: pd.DataFrame = field(default_factory=pd.DataFrame)
-    seconds: float = float("nan")
-
-    def table(self, alpha: float = 0.05) -> pd.DataFrame:
-        """One row per site entry (:func:`uniformity`): the chi-square p-value, the simultaneous ECDF test's p-value,
-        whether the ECDF stays in its band at level ``alpha``, the shape of a failure, the mean fractional rank and
-        the spread (mean squared distance of the fractional rank from 1/2 over its value under uniformity: > 1, ranks
-        at the ends)."""
-        table = uniformity(self.ranks, self.max_rank, alpha)
-        table.insert(0, "site", [_site_of(entry) for entry in table.index])
-        return table
-
-    def calibrated(self, alpha: float = 0.05) -> bool:
-        """Every entry in its band at level ``alpha / entries`` (Bonferroni: the chance that a calibrated method
-        fails anywhere is at most ``alpha``)."""
-        return bool((self.table(alpha / max(1, self.ranks.shape[1]))["in_band"]).all())
-
-    def summary(self, alpha: float = 0.05) -> str:
-        """The verdict, the table and what the fits reported, as text."""
-        entries = self.ranks.shape[1]
-        verdict = "calibrated" if self.calibrated(alpha) else "NOT calibrated"
-        lines = [f"SBC of {self.model or 'the model'} under {self.method or 'the method'}: {len(self.ranks)} "
-                 f"replications, L = {self.max_rank} draws each: {verdict} (every entry's ECDF in its band at "
-                 f"alpha = {alpha:g} / {entries} entries)",
-                 self.table(alpha).to_string(float_format=lambda v: f"{v:.3g}")]
-        if len(self.fits) and "refit" in self.fits:
-            warned = self.fits["warnings"][self.fits["warnings"] != ""]
-            common = Counter(_gist(m) for text in warned for m in text.split("; ")).most_common(1)
-            lines.append(f"fits: {int(self.fits['divergences'].gt(0).sum())} with divergences, "
-                         f"{int(self.fits['refit'].sum())} run longer for their ESS, {int(self.fits['short'].sum())} "
-                         f"thinned beyond their ESS, {len(warned)} with warnings"
-                         + (f" (most often, in {common[0][1]}: {common[0][0]})" if common else ""))
-        return "\n".join(lines)
-
-    def plot(self, sites=None, ax=None, alpha: float = 0.05, max_panels: int = 16):
-        """ECDF-difference plot: for each site entry, the ECDF of the fractional ranks minus the uniform CDF, with
-        its simultaneous ``1 - alpha`` band (grey); a panel whose curve leaves the band is titled in red.
-
-        Parameters
-        ----------
-        sites : site names (all their entries) or entry names to show; default every entry.
-        ax : a matplotlib Axes (one entry) or an array of at least as many Axes; default a new figure.
-        max_panels : at most this many panels; the figure says how many entries were left out.
-
-        Returns
-        -------
-        the matplotlib Figure.
-        """
-        import matplotlib.pyplot as plt
-
-        entries = self._entries(sites)
-        shown = entries[:max_panels]
-        table = self.table(alpha)
-        if ax is None:
-            cols = min(4, len(shown))
-            rows = math.ceil(len(shown) / cols)
-            fig, axes = plt.subplots(rows, cols, figsize=(max(3.2 * cols, 6.4), 2.7 * rows + 0.4), squeeze=False)
-        else:
-            axes = np.atleast_1d(np.asarray(ax, dtype=object))
-            if axes.size < len(shown):
-                raise ValueError(f"ax holds {axes.size} Axes for {len(shown)} panels: pass as many, or sites=...")
-            fig = axes.flat[0].figure
-        axes = list(np.asarray(axes, dtype=object).flat)
-        band = ecdf_band(len(self.ranks), self.max_rank, alpha)
-        for entry, axis in zip(shown, axes):
-            _plot_entry(axis, self.ranks[entry].to_numpy(), self.max_rank, band, entry, table.loc[entry])
-        for axis in axes[len(shown):]:
-            axis.set_visible(False)
-        verdict = "calibrated" if self.calibrated(alpha) else "NOT calibrated"
-        title = (f"SBC: {self.model} under {self.method}, {len(self.ranks)} replications, L = {self.max_rank}: "
-                 f"{verdict} (every entry in its band at {alpha:g} / {self.ranks.shape[1]}); bands {1 - alpha:.0%}")
-        if len(entries) > len(shown):
-            title += f" (showing {len(shown)} of {len(entries)} entries: choose with sites=..., or raise max_panels)"
-        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 13), replace_whitespace=False), fontsize=10)
-        if ax is None:  # a figure of its own; the layout of a caller's figure is the caller's
-            fig.tight_layout()
-        return fig
-
-    def _entries(self, sites) -> list[str]:
-        """The entries of ``sites`` (site or entry names), in the ranks' order; an error naming the unknown ones."""
-        if sites is None:
-            return list(self.ranks.columns)
-        sites = [sites] if isinstance(sites, str) else list(sites)
-        unknown = [s for s in sites if s not in self.ranks.columns and s not in {_site_of(c) for c in self.ranks}]
-        if unknown:
-            raise ValueError(f"unknown site {', '.join(map(repr, unknown))}; the sites ranked: "
-                             f"{', '.join(dict.fromkeys(_site_of(c) for c in self.ranks))}")
-        return [c for c in self.ranks.columns if c in sites or _site_of(c) in sites]
-
-
-def _gist(message: str) -> str:
-    """A warning's message with its numbers as ``#`` (and its worst site left out): the same warning, counted once."""
-    return re.sub(r"\d+(\.\d+)?", "#", message.split(" (worst:")[0])
-
-
-def _site_of(entry: str) -> str:
-    return entry.split("[")[0]
-
-
-def _plot_entry(axis, ranks: np.ndarray, max_rank: int, band, entry: str, row) -> None:
-    """One panel: the ECDF difference of ``ranks`` over its band."""
-    z, lower, upper = band.z, band.lower / band.n - band.z, band.upper / band.n - band.z
-    below = (ranks[None, :] < np.arange(1, max_rank + 1)[:, None]).mean(1)
-    axis.fill_between(np.r_[0, z, 1], np.r_[0, lower, 0], np.r_[0, upper, 0], step="post", color="0.85", lw=0)
-    axis.step(np.r_[0, z, 1], np.r_[0, below - z, 0], where="post", color="C0" if row["in_band"] else "C3", lw=1.2)
-    axis.axhline(0.0, color="0.5", lw=0.6)
-    axis.set_xlim(0, 1)
-    axis.set_xlabel("fractional rank")
-    axis.set_ylabel("ECDF - uniform")
-    label = "" if row["in_band"] else "\n" + row["shape"].replace(" (", ":\n").rstrip(")")
-    axis.set_title(f"{entry} (ECDF p = {row['ecdf_p']:.2g}){label}", fontsize=8,
-                   color="k" if row["in_band"] else "C3")
-
-
-# ---------------------------------------------------------------------------------------------- the statistics
-
-
-@dataclass(frozen=True)
-class Band:
-    """The simultaneous ECDF band for ``n`` ranks in 0..``max_rank``: counts ``lower``/``upper`` (the ECDF times n)
-    at ``z`` (``i / (max_rank + 1)``, i = 1..max_rank), the per-point level ``gamma``, and ``null``: the smallest
-    per-point p-value of each simulated uniform sample, sorted (the simultaneous test's reference)."""
-
-    n: int
-    z: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    gamma: float
-    null: np.ndarray
-
-
-def _point_p(counts: np.ndarray, n: int, z: np.ndarray) -> np.ndarray:
-    """Two-sided binomial p-values of ECDF counts (..., K) at ``z``: 2 min(P(X <= c), P(X >= c)), X ~ Bin(n, z)."""
-    from scipy.stats import binom
-
-    return np.minimum(1.0, 2.0 * np.minimum(binom.cdf(counts, n, z), binom.sf(counts - 1, n, z)))
-
-
-@functools.lru_cache(maxsize=64)
-def ecdf_band(n: int, max_rank: int, alpha: float = 0.05, sims: int = 10_000, seed: int = 0) -> Band:
-    """The simultaneous ``1 - alpha`` band of the ECDF of ``n`` ranks uniform on 0..``max_rank`` (Säilynoja et al.
-    2022, simulation method): ``sims`` uniform rank samples (seed ``seed``) give the distribution of the smallest
-    per-point binomial p-value over ``z_i = i / (max_rank + 1)``; ``gamma`` is its ``alpha`` quantile (taken so that
-    at most ``alpha`` of the simulated samples fall below it), and the band is the central ``1 - gamma`` binomial
-    interval at each point.  The simulated level is exact up to the Monte Carlo error of ``sims`` draws
-    (sd ``sqrt(alpha (1 - alpha) / sims)``, 0.002 for the defaults) and the discreteness of the counts.
-
-    >>> band = ecdf_band(100, 19)
-    >>> band.z.shape, bool((band.lower <= 100 * band.z).all() and (100 * band.z <= band.upper).all())
-    ((19,), True)
-    """
-    if n < 1 or max_rank < 1:
-        raise ValueError(f"ecdf_band needs n >= 1 ranks and max_rank >= 1, got n={n}, max_rank={max_rank}")
-    from scipy.stats import binom
-
-    rng = np.random.default_rng(seed)
-    z = np.arange(1, max_rank + 1) / (max_rank + 1)
-    counts = rng.multinomial(n, np.full(max_rank + 1, 1.0 / (max_rank + 1)), size=sims).cumsum(1)[:, :-1]
-    null = np.sort(_point_p(counts, n, z).min(1))
-    gamma = float(null[int(math.floor(alpha * sims))])
-    return Band(n, z, binom.ppf(gamma / 2, n, z), binom.ppf(1 - gamma / 2, n, z), gamma, null)
-
-
-def _shape(u: np.ndarray, max_rank: int) -> tuple[str, float, float]:
-    """The shape of a departure of fractional ranks ``u`` from uniformity, and the two statistics it is read from:
-    the mean fractional rank (1/2 under uniformity) and the spread, the mean of (u - 1/2)^2 over its value under
-    uniformity (1).  The larger departure in units of its standard error decides."""
-    grid = (np.arange(max_rank + 1) + 0.5) / (max_rank + 1)
-    m2, m4 = float(((grid - 0.5) ** 2).mean()), float(((grid - 0.5) ** 4).mean())
-    n = len(u)
-    mean, square = float(u.mean()), float(((u - 0.5) ** 2).mean())
-    z_bias = (mean - 0.5) / math.sqrt(m2 / n)
-    z_spread = (square - m2) / math.sqrt((m4 - m2 ** 2) / n)
-    if abs(z_spread) >= abs(z_bias):
-        shape = ("over-confident (ranks at both ends: posterior too narrow)" if z_spread > 0
-                 else "under-confident (ranks in the middle: posterior too wide)")
-    else:
-        shape = ("biased (ranks high: posterior too low)" if z_bias > 0
-                 else "biased (ranks low: posterior too high)")
-    return shape, mean, square / m2
-
-
-def _chi_square(ranks: np.ndarray, max_rank: int) -> float:
-    """Pearson's chi-square p-value of ``ranks`` in bins of the rank values (up to 20 bins, about 5 ranks expected
-    in each at least; a bin's expected count from the number of rank values it holds)."""
-    from scipy.stats import chisquare
-
-    n = len(ranks)
-    bins = int(min(20, max_rank + 1, max(2, n // 5)))
-    of_value = np.arange(max_rank + 1) * bins // (max_rank + 1)
-    expected = np.bincount(of_value, minlength=bins) * n / (max_rank + 1)
-    observed = np.bincount(of_value[ranks], minlength=bins)
-    return float(chisquare(observed, expected).pvalue)
-
-
-def uniformity(ranks: pd.DataFrame, max_rank: int, alpha: float = 0.05) -> pd.DataFrame:
-    """The checks of each column of ``ranks`` ((replications, entries), 0..max_rank) for uniformity.
-
-    Returns
-    -------
-    DataFrame, one row per entry: ``chi2_p`` (Pearson's chi-square of binned ranks), ``ecdf_p`` (the simultaneous
-    ECDF test's p-value: the fraction of uniform samples whose least per-point p-value is as small), ``in_band``
-    (the ECDF stays in the ``1 - alpha`` band: ``ecdf_p > alpha`` up to the band's Monte Carlo level), ``shape``
-    ("uniform" in the band, else over-confident, under-confident or biased), ``mean_rank`` (mean fractional rank,
-    1/2 under uniformity) and ``spread`` (1 under uniformity, > 1 ranks at the ends, < 1 in the middle).
-
-    >>> rng = np.random.default_rng(0)
-    >>> narrow = pd.DataFrame({"x": np.where(rng.random(200) < 0.5, 0, 19)})   # every rank at an end
-    >>> uniformity(narrow, 19)["shape"].iloc[0]
-    'over-confident (ranks at both ends: posterior too narrow)'
-    """
-    values = ranks.to_numpy()
-    if values.size and (values.min() < 0 or values.max() > max_rank):
-        raise ValueError(f"ranks must lie in 0..{max_rank}, got {values.min()}..{values.max()}")
-    n = len(ranks)
-    band = ecdf_band(n, max_rank, alpha)
-    rows = {}
-    for entry in ranks.columns:
-        r = ranks[entry].to_numpy().astype(int)
-        counts = (r[None, :] < np.arange(1, max_rank + 1)[:, None]).sum(1)
-        least = float(_point_p(counts, n, band.z).min())
-        in_band = bool(least >= band.gamma)
-        shape, mean, spread = _shape((r + 0.5) / (max_rank + 1), max_rank)
-        rows[entry] = {"chi2_p": _chi_square(r, max_rank),
-                       "ecdf_p": float(np.searchsorted(band.null, least, side="right") / len(band.null)),
-                       "in_band": in_band, "shape": "uniform" if in_band else shape, "mean_rank": mean,
-                       "spread": spread}
-    return pd.DataFrame.from_dict(rows, orient="index",
-                                  columns=["chi2_p", "ecdf_p", "in_band", "shape", "mean_rank", "spread"])
-
-
-def rank_of(truth: np.ndarray, draws: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The rank of each entry of ``truth`` (E,) among ``draws`` (L, E): the number of draws below it, ties (discrete
-    sites, repeated draws) broken at random with ``rng``; (E,) ints in 0..L.
-
-    >>> rank_of(np.array([0.5, 1.5]), np.array([[0.0, 1.0], [1.0, 3.0], [0.2, 2.0]]), np.random.default_rng(0))
-    array([2, 1])
-    """
-    below = (draws < truth[None, :]).sum(0)
-    ties = (draws == truth[None, :]).sum(0)
-    return below + rng.integers(0, ties + 1)
 
 
 # ------------------------------------------------------------------------------------------------ the model's sites
