@@ -19,6 +19,7 @@ from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 
 import pyro_bdl
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.dropout import DropoutGuide, DropoutMessenger, resolve_dropout_sites
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import make_elbo
 from pyro_bdl.models.bnn import bnn_classifier, bnn_regressor
@@ -116,6 +117,21 @@ def test_compiled_mean_field_elbo_with_local_reparameterisation_has_the_eager_ex
     assert diff < 4.5 * math.sqrt(float((grad_f.var(0) + grad_s.var(0)).sum()) / draws)
     # not the same draws: the graph really draws differently (else the exact test above would apply)
     assert not torch.equal(loss_f, loss_s)
+
+
+@pytest.mark.parametrize("mask", ["unit", "weight"])
+@pytest.mark.parametrize("batch_size", [None, 16])
+def test_compiled_elbo_equals_the_eager_one_under_dropout(mask, batch_size):
+    """``mc-dropout``'s ``jit``: the training loss under dropout masks (drawn in the graph, fresh at every call)
+    and its gradients, compiled, equal the eager ones at the same draws."""
+    model, _, data = _problem("regressor")
+    pyro.clear_param_store()
+    sites = resolve_dropout_sites(model, data)
+    point = DropoutGuide(model, 0.0, sites)
+    point(**data)  # create the parameters
+    data["batch_size"] = batch_size
+    _assert_compiled_equals_eager(DropoutMessenger(0.2, sites, mask=mask)(model), point, data, Trace_ELBO,
+                                  CompiledTrace_ELBO, 1)
 
 
 def test_compiled_elbo_recompiles_for_new_shapes_and_settings():

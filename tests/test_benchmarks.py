@@ -522,3 +522,10 @@ def test_compare_examples_quick_run_writes_the_three_reports(tmp_path):
         written = {p.name for p in (tmp_path / f"compare_{case}").iterdir()}
         assert {"report.md", "marginals.png", "table.csv", "summary.csv"} <= written, written
     assert "test_ll" in (tmp_path / "compare_bnn_sine" / "summary.csv").read_text()
+
+
+def test_mc_dropout_jit_quick_run_prints_a_row_with_both_fits(tmp_path):
+    out = run_script("benchmarks/mc_dropout_jit.py", "--quick", cwd=tmp_path)
+    row = next(line for line in out.splitlines() if line.startswith("| friedman-300 |"))
+    eager_s, jit_s, ratio, eager_ll, jit_ll = (float(v) for v in row.strip("| \n").split("|")[1:])
+    assert min(eager_s, jit_s, ratio) > 0 and math.isfinite(eager_ll) and math.isfinite(jit_ll)

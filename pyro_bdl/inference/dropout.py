@@ -56,7 +56,6 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import init_to_sample
 from pyro.infer.autoguide.initialization import InitMessenger
 from pyro.poutine.messenger import Messenger
@@ -64,7 +63,7 @@ from pyro.poutine.util import site_is_subsample
 
 from pyro_bdl.inference.base import Draws, latent_sites
 from pyro_bdl.inference.method import Method, register_method
-from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, optimise
+from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, make_elbo, optimise
 
 __all__ = ["DropoutGuide", "DropoutMessenger", "run_mc_dropout", "fit_dropout", "resolve_dropout_sites", "MASKS",
            "check_mask", "keep_mask"]
@@ -208,15 +207,16 @@ def resolve_dropout_sites(model, data: dict, dropout_sites=None):
 
 def fit_dropout(model, data: dict, train_model, rates, *, dropout_sites, mask: str, steps: int, lr: float,
                 samples: int, progress: bool, desc: str, init_loc_fn=None, batch_size=None, checkpoint=None,
-                **adam) -> Draws:
-    """Train ``train_model`` (the model under a :class:`DropoutMessenger`) against the point estimate ``M``;
-    then ``samples`` dropped-out networks at the rates ``rates()`` returns after training (a number, or a
-    mapping weight site -> rate).  ``info`` holds ``dropout_p`` and, for a model with a noise site ``sigma``,
+                jit=False, **adam) -> Draws:
+    """Train ``train_model`` (the model under a :class:`DropoutMessenger`) against the point estimate ``M``
+    (``jit``: with the compiled ELBO, :mod:`pyro_bdl.inference.compiled_elbo`, the masks drawn afresh in the graph
+    at every step); then ``samples`` dropped-out networks at the rates ``rates()`` returns after training (a
+    number, or a mapping weight site -> rate).  ``info`` holds ``dropout_p`` and, for a model with a noise site ``sigma``,
     the model precision ``tau = 1 / sigma^2`` (standardised units)."""
     point = DropoutGuide(model, 0.0, dropout_sites, init_loc_fn)  # p = 0: the point estimate M
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
-    losses = optimise(train_model, point, Trace_ELBO(), train, steps=steps, lr=lr, progress=progress, desc=desc,
-                      checkpoint=checkpoint, **adam)
+    losses = optimise(train_model, point, make_elbo("trace", jit=jit), train, steps=steps, lr=lr, progress=progress,
+                      desc=desc, checkpoint=checkpoint, **adam)
     p = rates()
     guide = DropoutGuide(model, p, dropout_sites, init_loc_fn, prefix=point.prefix, mask=mask)
     guide._sites = point._sites
@@ -241,7 +241,8 @@ def _register() -> None:
     register_method(Method(
         "mc-dropout", "svi", "MC dropout (Gal & Ghahramani): dropout + prior-tied weight decay, dropout kept on at "
         "prediction; tau = 1/sigma^2; mask=weight: DropConnect", run_mc_dropout,
-        {"p": 0.05, "mask": "unit", "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, **ADAM_SETTINGS},
+        {"p": 0.05, "mask": "unit", "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, "jit": False,
+         **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20},
         processes="data"))
 

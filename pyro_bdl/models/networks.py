@@ -23,8 +23,8 @@ from pyro_bdl.data.table import DataError, check_has_features
 from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.registry import DataContract, InferenceChoices, Task
 
-__all__ = ["bbb_guide", "init_network", "network_data", "NETWORK_INFERENCE", "check_labels", "num_classes", "BBB_SETTINGS", "NOISE_INIT",
-           "INIT_PRIOR_SCALE"]
+__all__ = ["bbb_guide", "init_network", "network_data", "NETWORK_INFERENCE", "check_labels", "num_classes", "BBB_SETTINGS",
+           "DROPOUT_SETTINGS", "NOISE_INIT", "INIT_PRIOR_SCALE"]
 
 #: The networks' SVI path (``svi``, ``svi-meanfield``): the compiled ELBO (:mod:`pyro_bdl.inference.compiled_elbo`: the
 #: eager ELBO's loss and gradients at a fraction of the per-step cost), particles in one vectorised pass, and Adam
@@ -33,6 +33,11 @@ __all__ = ["bbb_guide", "init_network", "network_data", "NETWORK_INFERENCE", "ch
 #: "The networks' SVI path".
 BBB_SETTINGS = {method: {"jit": True, "vectorize": True, "grad_clamp": math.inf, "lr_hold": 0.5, "steps": 5000}
                 for method in ("svi", "svi-meanfield")}
+
+#: ``mc-dropout`` on the networks: the compiled ELBO (the eager loss and gradients at the same draws, the masks drawn
+#: afresh in the graph), about half the time a fit.  Measurements: benchmarks/RESULTS.md, "MC dropout: the compiled
+#: ELBO".
+DROPOUT_SETTINGS = {"mc-dropout": {"jit": True}}
 
 #: Where optimisation starts the noise sd, in standardised units: small, so the net fits the data
 #: before the noise can explain it away (a large start lets SVI settle with sigma explaining the data).
@@ -103,5 +108,6 @@ def network_data(classifier: bool = False) -> DataContract:
 #: sites MC dropout and concrete dropout drop (the hidden layers' weights).
 NETWORK_INFERENCE = InferenceChoices(
     traits=frozenset({"continuous", "network"}), guides={"bbb": bbb_guide},
-    default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults=BBB_SETTINGS, init_loc_fn=init_network,
+    default_guides={"svi": "bbb", "svi-meanfield": "bbb"}, method_defaults={**BBB_SETTINGS, **DROPOUT_SETTINGS},
+    init_loc_fn=init_network,
     method_kwargs={"mc-dropout": {"dropout_sites": hidden_weight}, "concrete-dropout": {"dropout_sites": hidden_weight}})
