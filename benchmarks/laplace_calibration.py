@@ -43,7 +43,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import sys
 import time
 import warnings
@@ -66,7 +65,6 @@ from pyro_bdl.posterior.uncertainty import expected_calibration_error  # noqa: E
 
 METHODS = ("laplace-ggn", "laplace-ggn:folds=1", "laplace-ggn:prior_precision=marglik", "map", "ensemble", "svi")
 SETS = ("iris", "wine", "breast-cancer", "digits", "moons-120", "classes3-300", "classes5-1000", "classes10-2000")
-ROWS_MARK = "<!-- rows: "
 
 
 def load_set(name: str) -> tuple[Dataset, Dataset]:
@@ -221,14 +219,9 @@ def _nll(prob: np.ndarray, y: np.ndarray) -> float:
 
 def _read(path: Path) -> dict:
     """The family's state: the rows (with their per-row log densities), runs and diagnoses kept in the JSON beside
-    the report (earlier reports kept it in a comment of the report itself)."""
-    if path.with_suffix(".json").exists():
-        return json.loads(path.with_suffix(".json").read_text())
-    if not path.exists():
-        return {"rows": [], "runs": []}
-    text = path.read_text()
-    match = re.search(re.escape(ROWS_MARK) + r"(.*?) -->", text, re.S)
-    return json.loads(match.group(1)) if match else {"rows": [], "runs": []}
+    the report; none yet, an empty state."""
+    state = path.with_suffix(".json")
+    return json.loads(state.read_text()) if state.exists() else {"rows": [], "runs": []}
 
 
 def _table(rows: list[dict]) -> list[str]:
