@@ -1,5 +1,5 @@
-"""``mc-dropout`` on the zoo's networks: the compiled ELBO (``jit=True``, the networks' default) against the eager
-one, whole fits at the method's other defaults, on a family of problems.
+"""``mc-dropout`` and ``concrete-dropout`` (``--method``) on the zoo's networks: the compiled ELBO (``jit=True``, the
+networks' default) against the eager one, whole fits at the method's other defaults, on a family of problems.
 
 The compiled training loss equals the eager one at the same draws (``tests/test_bbb_path.py``,
 ``test_compiled_elbo_equals_the_eager_one_under_dropout``); here, what that buys per fit and whether the fits are as
@@ -16,6 +16,7 @@ table gives each one's wall seconds, the ratio jit / eager (the median over seed
 likelihood of each (mean over seeds; the difference is training noise: the two draw different masks).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mc_dropout_jit.py --seeds 0 1 --uci ../shared/data/uci
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mc_dropout_jit.py --method concrete-dropout --uci ../shared/data/uci
     .venv/bin/python benchmarks/mc_dropout_jit.py --quick     # the smoke test: one problem, 60 steps
 
 Results: benchmarks/RESULTS.md, "MC dropout: the compiled ELBO".
@@ -71,12 +72,13 @@ def problem(name: str, uci: str | None):
     return ("bnn-regressor", train, test, {"hidden": str(protocol.hidden), "noise": str(noise)})
 
 
-def one_fit(model: str, train, test, options: dict, jit: bool, seed: int, quick: bool) -> tuple[float, float]:
+def one_fit(method: str, model: str, train, test, options: dict, jit: bool, seed: int, quick: bool
+            ) -> tuple[float, float]:
     settings = {"steps": 60, "samples": 20} if quick else {}
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = pyro_bdl.fit(model, train, inference="mc-dropout", options=options, seed=seed, progress=False,
+        result = pyro_bdl.fit(model, train, inference=method, options=options, seed=seed, progress=False,
                               threads=1, jit=jit, **settings)
     seconds = time.perf_counter() - start
     return seconds, float(evaluate_fit(result, test)["test_ll"])
@@ -85,12 +87,13 @@ def one_fit(model: str, train, test, options: dict, jit: bool, seed: int, quick:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", nargs="+", choices=PROBLEMS, default=list(PROBLEMS))
+    parser.add_argument("--method", choices=["mc-dropout", "concrete-dropout"], default="mc-dropout")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--uci", help="the UCI folder (yacht, concrete); without it those problems are skipped")
     parser.add_argument("--quick", action="store_true", help="one problem, one seed, 60 steps: the smoke test")
     args = parser.parse_args(argv)
     problems, seeds = (["friedman-300"], [0]) if args.quick else (args.problems, args.seeds)
-    print(f"# mc-dropout, jit against eager; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch "
+    print(f"# {args.method}, jit against eager; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch "
           f"{torch.__version__}; load average {', '.join(f'{v:.1f}' for v in __import__('os').getloadavg())}")
     print("| problem | eager s | jit s | jit / eager (median) | eager test LL | jit test LL |")
     print("|---|---|---|---|---|---|")
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
         runs = {False: [], True: []}
         for k, seed in enumerate(seeds):
             for jit in ((False, True) if k % 2 == 0 else (True, False)):  # alternate which runs first
-                runs[jit].append(one_fit(model, train, test, options, jit, seed, args.quick))
+                runs[jit].append(one_fit(args.method, model, train, test, options, jit, seed, args.quick))
         eager, fast = np.array(runs[False]), np.array(runs[True])
         ratio = statistics.median(fast[:, 0] / eager[:, 0])
         print(f"| {name} | {eager[:, 0].mean():.1f} | {fast[:, 0].mean():.1f} | {ratio:.2f} | "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import warnings
 
 import pyro
 import pytest
@@ -19,6 +20,7 @@ from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 
 import pyro_bdl
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.concrete_dropout import ConcreteRates
 from pyro_bdl.inference.dropout import DropoutGuide, DropoutMessenger, resolve_dropout_sites
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.svi import make_elbo
@@ -119,19 +121,39 @@ def test_compiled_mean_field_elbo_with_local_reparameterisation_has_the_eager_ex
     assert not torch.equal(loss_f, loss_s)
 
 
+def _concrete(model, data, sites, mask):
+    """concrete dropout's training model: masks at the learned rates, relaxed, and the rates' regulariser."""
+    rates = ConcreteRates(model, data, sites, 0.2, mask)
+
+    def train_model(**kwargs):
+        learned = rates.values()
+        with DropoutMessenger(learned, sites, mask=mask, temperature=0.1):
+            out = model(**kwargs)
+        pyro.factor(f"{rates.prefix}.regulariser", rates.log_terms(learned))
+        return out
+
+    train_model(**data)  # create the rates
+    return train_model
+
+
+@pytest.mark.parametrize("method", ["mc-dropout", "concrete-dropout"])
 @pytest.mark.parametrize("mask", ["unit", "weight"])
 @pytest.mark.parametrize("batch_size", [None, 16])
-def test_compiled_elbo_equals_the_eager_one_under_dropout(mask, batch_size):
-    """``mc-dropout``'s ``jit``: the training loss under dropout masks (drawn in the graph, fresh at every call)
-    and its gradients, compiled, equal the eager ones at the same draws."""
+def test_compiled_elbo_equals_the_eager_one_under_dropout(method, mask, batch_size):
+    """The dropout methods' ``jit``: the training loss under dropout masks (drawn in the graph, fresh at every call;
+    concrete dropout's relaxed, at learned rates) and its gradients, compiled, equal the eager ones at the same
+    draws."""
     model, _, data = _problem("regressor")
     pyro.clear_param_store()
     sites = resolve_dropout_sites(model, data)
     point = DropoutGuide(model, 0.0, sites)
     point(**data)  # create the parameters
+    train = (DropoutMessenger(0.2, sites, mask=mask)(model) if method == "mc-dropout"
+             else _concrete(model, data, sites, mask))
     data["batch_size"] = batch_size
-    _assert_compiled_equals_eager(DropoutMessenger(0.2, sites, mask=mask)(model), point, data, Trace_ELBO,
-                                  CompiledTrace_ELBO, 1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "trying to observe a value outside of inference")  # the factor, traced
+        _assert_compiled_equals_eager(train, point, data, Trace_ELBO, CompiledTrace_ELBO, 1)
 
 
 def test_compiled_elbo_recompiles_for_new_shapes_and_settings():

@@ -135,7 +135,7 @@ def _register() -> None:
         "concrete-dropout", "svi", "Concrete dropout (Gal, Hron & Kendall): MC dropout with the rate learned per "
         "layer; info dropout_p by layer; mask=weight: DropConnect", run_concrete_dropout,
         {"p": 0.1, "temperature": TEMPERATURE, "mask": "unit", "steps": 3000, "lr": 0.01, "samples": 200,
-         "batch_size": None, **ADAM_SETTINGS},
+         "batch_size": None, "jit": False, **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20},
         processes="data"))
 

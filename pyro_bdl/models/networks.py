@@ -34,10 +34,10 @@ __all__ = ["bbb_guide", "init_network", "network_data", "NETWORK_INFERENCE", "ch
 BBB_SETTINGS = {method: {"jit": True, "vectorize": True, "grad_clamp": math.inf, "lr_hold": 0.5, "steps": 5000}
                 for method in ("svi", "svi-meanfield")}
 
-#: ``mc-dropout`` on the networks: the compiled ELBO (the eager loss and gradients at the same draws, the masks drawn
-#: afresh in the graph), about half the time a fit.  Measurements: benchmarks/RESULTS.md, "MC dropout: the compiled
-#: ELBO".
-DROPOUT_SETTINGS = {"mc-dropout": {"jit": True}}
+#: ``mc-dropout`` and ``concrete-dropout`` on the networks: the compiled ELBO (the eager loss and gradients at the same
+#: draws, the masks drawn afresh in the graph), about half the time a fit.  Measurements: benchmarks/RESULTS.md, "MC
+#: dropout: the compiled ELBO".
+DROPOUT_SETTINGS = {method: {"jit": True} for method in ("mc-dropout", "concrete-dropout")}
 
 #: Where optimisation starts the noise sd, in standardised units: small, so the net fits the data
 #: before the noise can explain it away (a large start lets SVI settle with sigma explaining the data).
