@@ -11,8 +11,11 @@ already holds a fit unless given ``--force``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
+import threading
 import sys
 import warnings
 from pathlib import Path
@@ -473,12 +476,31 @@ def _files_only_backend() -> None:
         os.environ["MPLBACKEND"] = "Agg"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (what ``timeout``, ``kill`` and job schedulers send) handled as Ctrl-C while a command runs: a fit
+    saves its checkpoint, a table keeps its rows, and the command exits 130.  Off the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     _files_only_backend()
     try:
-        status = args.run(args)
+        with _terminate_as_interrupt():
+            status = args.run(args)
         if status:
             return int(status)
     except (ValueError, TypeError, FileNotFoundError) as exc:

@@ -248,3 +248,23 @@ def test_kill_9_at_a_random_point_then_rerun_ends_where_the_uninterrupted_run_en
     for name in a.posterior.data_vars:
         assert np.array_equal(a.posterior[name].values, b.posterior[name].values), name
     assert (reference / "summary.csv").read_bytes() == (out / "summary.csv").read_bytes()
+
+
+def test_sigterm_saves_the_checkpoint_and_the_same_command_resumes(tmp_path):
+    """SIGTERM (what ``timeout`` and job schedulers send) is handled as Ctrl-C: the fit saves its checkpoint and the
+    command exits 130 with nothing else written; the same command again resumes from it and finishes."""
+    args = CLI_RUNS["svi"]
+    out = tmp_path / "out"
+    proc = _cli(*args, "--out", str(out))
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint.pt").exists():  # training has begun (the first periodic checkpoint)
+        assert proc.poll() is None, "the run ended before it wrote a checkpoint: make it longer"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert "progress is saved" in proc.stderr.read()
+    assert (out / "checkpoint.pt").exists() and not (out / "posterior.nc").exists()
+    resumed = _cli(*args, "--out", str(out))
+    assert resumed.wait(timeout=900) == 0
+    assert "resuming from" in resumed.stderr.read() and (out / "posterior.nc").exists()

@@ -235,26 +235,19 @@ def _run_task(task: tuple) -> dict:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event, in_process: bool):
-    """While the run lasts, SIGTERM (and Ctrl-C, with worker processes) sets ``stop``: the run ends between two
-    rows, keeps them and writes its report.  A fit in this process (``in_process``) is interrupted at once, as
-    Ctrl-C does.  Off the main thread (no signal handlers there) nothing changes."""
+def _stop_on_signals(stop: threading.Event):
+    """While a run of worker processes lasts, Ctrl-C and SIGTERM set ``stop`` (the run ends between two rows, keeps
+    them and writes its report) instead of raising inside a wait on the workers.  Off the main thread (no signal
+    handlers there) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        stop.set()
-        if in_process:
-            raise KeyboardInterrupt
-
-    signals = [signal.SIGTERM] + ([] if in_process else [signal.SIGINT])
-    previous = {s: signal.signal(s, handler) for s in signals}
+    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _results(tasks: list, jobs: int, stop: threading.Event):
@@ -318,7 +311,8 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
     stop = threading.Event()
     try:
-        with _stop_on_signals(stop, in_process=jobs == 1), contextlib.closing(_results(tasks, jobs, stop)) as results:
+        signals = _stop_on_signals(stop) if jobs > 1 else contextlib.nullcontext()  # one process: Ctrl-C as it is
+        with signals, contextlib.closing(_results(tasks, jobs, stop)) as results:
             rows = _kept_rows(out, rows, results, log, bar)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"{len(_read_rows(out / 'rows.csv'))} fits kept in {out / 'rows.csv'}; the same "
