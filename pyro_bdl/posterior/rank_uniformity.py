@@ -22,6 +22,7 @@ import pandas as pd
 
 __all__ = ["Band", "ecdf_band", "uniformity", "rank_of"]
 
+
 @dataclass(frozen=True)
 class Band:
     """The simultaneous ECDF band for ``n`` ranks in 0..``max_rank``: counts ``lower``/``upper`` (the ECDF times n)
