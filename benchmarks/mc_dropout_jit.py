@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     problems, seeds = (["friedman-300"], [0]) if args.quick else (args.problems, args.seeds)
     print(f"# {args.method}, jit against eager; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch "
-          f"{torch.__version__}; load average {', '.join(f'{v:.1f}' for v in __import__('os').getloadavg())}")
+          f"{torch.__version__}; load average {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print("| problem | eager s | jit s | jit / eager (median) | eager test LL | jit test LL |")
     print("|---|---|---|---|---|---|")
     for name in problems:

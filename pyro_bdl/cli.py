@@ -11,11 +11,9 @@ already holds a fit unless given ``--force``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
-import threading
 import sys
 import warnings
 from pathlib import Path
@@ -34,6 +32,7 @@ from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import get_model, list_models
 from pyro_bdl.storage.files import atomic_write, atomic_write_text
+from pyro_bdl.storage.interrupts import handling, raise_interrupt
 from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_file, remove_stale
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
@@ -476,30 +475,12 @@ def _files_only_backend() -> None:
         os.environ["MPLBACKEND"] = "Agg"
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM (what ``timeout``, ``kill`` and job schedulers send) handled as Ctrl-C while a command runs: a fit
-    saves its checkpoint, a table keeps its rows, and the command exits 130.  Off the main thread, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     _files_only_backend()
     try:
-        with _terminate_as_interrupt():
+        with handling(signal.SIGTERM, raise_interrupt):  # SIGTERM as Ctrl-C: a fit saves its checkpoint
             status = args.run(args)
         if status:
             return int(status)

@@ -26,7 +26,7 @@ DOCUMENTED = [
     "pyro_bdl.posterior.amortised",
     "pyro_bdl.inference.marginal", "pyro_bdl.inference.enumeration", "pyro_bdl.data.arguments",
     "pyro_bdl.inference.site_shapes", "pyro_bdl.posterior.prior_check", "pyro_bdl.posterior.mode_check", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
-    "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.studies.gap",
+    "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.storage.interrupts", "pyro_bdl.studies.gap",
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
     "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift",

@@ -62,6 +62,7 @@ from pyro_bdl.fit import fit
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import ModelSpec, model_for_protocol
 from pyro_bdl.storage.files import atomic_write_text
+from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
@@ -234,22 +235,6 @@ def _run_task(task: tuple) -> dict:
     return run_split(*task)
 
 
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event):
-    """While a run of worker processes lasts, Ctrl-C and SIGTERM set ``stop`` (the run ends between two rows, keeps
-    them and writes its report) instead of raising inside a wait on the workers.  Off the main thread (no signal
-    handlers there) nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def _results(tasks: list, jobs: int, stop: threading.Event):
     """Each task's row as its fit ends: in this process (``jobs`` 1) or in ``jobs`` spawned processes, stopped (the
     running fits ended, the others dropped) when ``stop`` is set."""
@@ -311,7 +296,9 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     bar = tqdm(total=len(tasks), desc="bench uci", disable=not progress)
     stop = threading.Event()
     try:
-        signals = _stop_on_signals(stop) if jobs > 1 else contextlib.nullcontext()  # one process: Ctrl-C as it is
+        # worker processes: Ctrl-C and SIGTERM set a flag, never raise inside a wait on the pool; one process: as is
+        signals = (handling((signal.SIGINT, signal.SIGTERM), lambda signum, frame: stop.set()) if jobs > 1
+                   else contextlib.nullcontext())
         with signals, contextlib.closing(_results(tasks, jobs, stop)) as results:
             rows = _kept_rows(out, rows, results, log, bar)
     except KeyboardInterrupt:
