@@ -295,8 +295,9 @@ def _add_bench_parser(sub) -> None:
                                   "../shared/data/uci when present)")
     p.add_argument("--datasets", help="comma-separated folder names (default: all under --root)")
     p.add_argument("--methods", default=",".join(UCI_METHODS),
-                   help=f"comma-separated methods (default {','.join(UCI_METHODS)}); with settings, separate them "
-                        "by ';': 'svi;mc-dropout:mask=weight'")
+                   help=f"comma-separated methods (default {','.join(UCI_METHODS)}); with settings or model "
+                        "options after ':', separate them by ';': 'svi;mc-dropout:mask=weight;map:likelihood="
+                        "heteroscedastic'")
     p.add_argument("--splits", type=int, help="the first N splits of each set (default: all, 20; 5 for protein)")
     p.add_argument("--jobs", default="auto", help="fits in parallel processes, one torch thread each (default auto: "
                                                   "one per core)")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from toy_uci import write_uci
 
@@ -529,3 +530,17 @@ def test_mc_dropout_jit_quick_run_prints_a_row_with_both_fits(tmp_path):
     row = next(line for line in out.splitlines() if line.startswith("| friedman-300 |"))
     eager_s, jit_s, ratio, eager_ll, jit_ll = (float(v) for v in row.strip("| \n").split("|")[1:])
     assert min(eager_s, jit_s, ratio) > 0 and math.isfinite(eager_ll) and math.isfinite(jit_ll)
+
+
+def test_uci_paired_prints_the_paired_differences_and_refuses_an_unknown_column(tmp_path):
+    rows = pd.DataFrame({"dataset": ["yacht"] * 6, "split": [0, 1, 2] * 2, "method": ["a"] * 3 + ["b"] * 3,
+                         "seed": 0, "rmse": [1.0, 2.0, 3.0, 0.9, 1.8, 3.3], "test_ll": [-1.0, -2.0, -3.0, -0.9, -1.7, -3.1],
+                         "seconds": 1.0, "chosen": "", "train_rows": 9, "test_rows": 1})
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    out = run_script("benchmarks/uci_paired.py", str(tmp_path), "a", "b", cwd=tmp_path)
+    # LL differences +0.1, +0.3, -0.1: mean +0.1, sd 0.2, se 0.2 / sqrt(3) = 0.115; b higher on 2 of 3.
+    # RMSE -10 %, -10 %, +10 %: mean -3.3 %, sd 11.5, se 6.7
+    assert "| yacht | 3 | +0.100 +- 0.115 | -3.3 % +- 6.7 | 2 of 3 |" in out, out
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/uci_paired.py"), str(tmp_path), "a", "c"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "no rows of c; the folder has: a, b" in proc.stderr

@@ -219,6 +219,9 @@ def test_nuts_is_compared_on_the_splits_it_ran_on():
     (["--jobs", "0"], "jobs must be an integer of at least 1 or 'auto', got 0"),
     (["--jobs", "many"], "--jobs takes a number of processes or auto, got 'many'"),
     (["--methods", "map:steps"], "settings KEY=VALUE"),
+    (["--methods", "map:nope=1"], "'nope' is neither a setting of 'map'"),
+    (["--methods", "map:likelihood=poisson"], "likelihood"),
+    (["--methods", "map:hidden=10"], "hidden is set by the UCI protocol for every method"),
     (["--report-only"], "holds no fits to report"),
 ])
 def test_bad_input_is_refused_by_name(root, tmp_path, capsys, args, message):
@@ -243,6 +246,27 @@ def test_a_missing_root_or_a_foreign_out_folder_is_refused(root, tmp_path, capsy
     assert main(["bench", "uci", "--root", str(root), "--methods", MAP, "--out", str(foreign)]) == 2
     assert "not a UCI table's" in capsys.readouterr().err
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_an_entry_names_model_options_beside_method_settings(root, monkeypatch):
+    """``ensemble:likelihood=heteroscedastic,members=2``: the key the model has goes to the model's options (with
+    the protocol's width), the others to the method; the row keeps the entry as its method."""
+    spec = model_for_protocol("uci")
+    assert uci_bench.entry_options(spec, "ensemble:likelihood=heteroscedastic,members=2") == (
+        "ensemble", {"likelihood": "heteroscedastic"}, {"members": "2"})
+    seen, real = [], uci_bench._fit_score
+
+    def spy(spec, train, test, method, options, settings, seed):
+        seen.append((method, options, settings))
+        return real(spec, train, test, method, options, settings, seed)
+
+    monkeypatch.setattr(uci_bench, "_fit_score", spy)
+    entry = f"{MAP},likelihood=heteroscedastic"
+    row = uci_bench.run_split(root / "yacht", 0, entry)
+    assert seen == [("map", {"hidden": (50,), "likelihood": "heteroscedastic"}, {"steps": "150"})]
+    assert row["method"] == entry and np.isfinite(row["test_ll"])
+    plain = uci_bench.run_split(root / "yacht", 0, MAP)
+    assert plain["test_ll"] != row["test_ll"]  # the option reached the model: another likelihood, another score
 
 
 def test_the_protocol_model_is_declared_by_the_zoo():
