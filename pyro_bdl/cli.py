@@ -37,7 +37,7 @@ from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_fil
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
 from pyro_bdl.workflows.compare import check_report_folder, compare
-from pyro_bdl.workflows.uci_bench import DEFAULT_METHODS as UCI_METHODS
+from pyro_bdl.workflows.uci_bench import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
 from pyro_bdl.workflows.uci_bench import default_root, run_uci
 
 __all__ = ["main", "parse_key_values"]
@@ -272,7 +272,7 @@ def _cmd_bench_uci(args) -> None:
         raise ValueError("no UCI folder: give --root (the folder holding bostonHousing, concrete, ...) or set "
                          "$PYRO_BDL_UCI")
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
-    methods = [m.strip() for m in args.methods.split(";" if ":" in args.methods else ",") if m.strip()]
+    methods = split_entries(args.methods)
     command = "pyro-bdl " + " ".join(args.argv if args.argv is not None else sys.argv[1:])
     try:
         jobs = args.jobs if args.jobs == "auto" else int(args.jobs)
@@ -294,8 +294,8 @@ def _add_bench_parser(sub) -> None:
     p.add_argument("--root", help="folder holding the data set folders (default: $PYRO_BDL_UCI, else "
                                   "../shared/data/uci when present)")
     p.add_argument("--datasets", help="comma-separated folder names (default: all under --root)")
-    p.add_argument("--methods", default=",".join(UCI_METHODS),
-                   help=f"comma-separated methods (default {','.join(UCI_METHODS)}); with settings or model "
+    p.add_argument("--methods", default=entries_text(UCI_METHODS),
+                   help=f"comma-separated methods (default {entries_text(UCI_METHODS)}); with settings or model "
                         "options after ':', separate them by ';': 'svi;mc-dropout:mask=weight;map:likelihood="
                         "heteroscedastic'")
     p.add_argument("--splits", type=int, help="the first N splits of each set (default: all, 20; 5 for protein)")

@@ -77,6 +77,9 @@ def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path, capsys
     assert (out / "uci.png").stat().st_size > 10_000
     runs = json.loads((out / "runs.json").read_text())
     assert len(runs) == 1 and runs[0]["fits"] == 8
+    # the report of the default methods (whose entries carry settings) reads the same rows
+    assert main(["bench", "uci", "--root", str(root), "--out", str(out), "--report-only"]) == 0
+    assert all(f"`{m}`" in (out / "uci.md").read_text() for m in (MAP, DROPOUT, *uci_bench.DEFAULT_METHODS))
 
 
 def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, monkeypatch):

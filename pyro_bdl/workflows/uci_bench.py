@@ -67,7 +67,7 @@ from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
-__all__ = ["run_uci", "method_entry", "entry_options", "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS",
+__all__ = ["run_uci", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS",
            "default_root", "uci_folders"]
 
 #: The methods of the standard table, in its column order.  The ensemble as Lakshminarayanan et al. trained it: each
@@ -120,6 +120,25 @@ def method_entry(entry: str) -> tuple[str, dict]:
         raise ValueError(f"method entry {entry!r}: a method name, then optional settings KEY=VALUE after ':', "
                          f"separated by ','")
     return name, dict(pairs)
+
+
+def split_entries(text: str) -> list[str]:
+    """The methods entries of a ``--methods`` text: separated by ``,``, or by ``;`` when an entry has settings
+    (whose own separator is ``,``).  The inverse of :func:`entries_text`.
+
+    >>> split_entries("svi;map:steps=300,lr=0.01")
+    ['svi', 'map:steps=300,lr=0.01']
+    """
+    return [m.strip() for m in text.split(";" if ":" in text else ",") if m.strip()]
+
+
+def entries_text(entries: Sequence[str]) -> str:
+    """Entries as one ``--methods`` text, readable back by :func:`split_entries`.
+
+    >>> entries_text(["svi", "map:steps=300"])
+    'svi;map:steps=300'
+    """
+    return (";" if any(":" in e for e in entries) else ",").join(entries)
 
 
 def entry_options(spec: ModelSpec, entry: str) -> tuple[str, dict, dict]:

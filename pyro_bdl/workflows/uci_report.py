@@ -202,7 +202,8 @@ def plot(table: pd.DataFrame, methods: list[str], path: str | Path) -> None:
                     color="0.5", capsize=3, label="published")
         if REFERENCE_COLUMN in pub:  # the goal's line
             ax.axhline(pub[REFERENCE_COLUMN].ll, color="0.5", ls=":", lw=1)
-        ax.set_xticks(list(range(len(shown))) + list(x), shown + labels, rotation=60, ha="right", fontsize=7)
+        ticks = [m.replace(":", "\n").replace(",", "\n") for m in shown]  # an entry's settings below its name
+        ax.set_xticks(list(range(len(shown))) + list(x), ticks + labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(_name(name))
         ax.set_ylabel("test LL per point")
         ax.grid(alpha=0.3)
