@@ -36,7 +36,8 @@ from pyro_bdl.storage.interrupts import handling, raise_interrupt
 from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_file, remove_stale
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
-from pyro_bdl.workflows.compare import check_report_folder, compare
+from pyro_bdl.workflows.compare import compare
+from pyro_bdl.workflows.comparison import check_report_folder
 from pyro_bdl.workflows.uci_bench import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
 from pyro_bdl.workflows.uci_bench import default_root, run_uci
 

@@ -12,6 +12,7 @@ import pyro_bdl
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
     "pyro_bdl.posterior.acquisition", "pyro_bdl.workflows.active_learning", "pyro_bdl.workflows.compare",
+    "pyro_bdl.workflows.comparison",
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data.table", "pyro_bdl.fit", "pyro_bdl.result",
     "pyro_bdl.posterior.diagnostics", "pyro_bdl.storage.checkpoint", "pyro_bdl.data.embedded", "pyro_bdl.models.bnn", "pyro_bdl.posterior.evaluation",
     "pyro_bdl.posterior.uncertainty", "pyro_bdl.studies.gradient_variance", "pyro_bdl.inference.guides",
