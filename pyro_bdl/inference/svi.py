@@ -71,21 +71,23 @@ LR_HOLD = 0.0
 GRADIENT_CLAMP = 10.0
 #: The optimiser's settings and their defaults, as every optimisation-based method lists them.
 ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
-#: What ``svi``, ``svi-meanfield``, ``map`` and ``mle`` use on a user's own program (``Method.user_defaults``): its
-#: data in their own units put the answer far from where optimisation starts (an intercept near 9, 25, 40), and Adam
-#: moves a parameter about ``lr`` per step at most; the zoo's decay from the first step travels about
-#: ``lr * steps / ln(100)`` = 8.6 at 0.02 and 2000 steps, this about 54 before settling at 1% of the rate.
+#: What ``svi``, ``svi-meanfield``, ``bbvi``, ``map`` and ``mle`` use on a user's own program
+#: (``Method.user_defaults``): its data in their own units put the answer far from where optimisation starts (an
+#: intercept near 9, 25, 40), and Adam moves a parameter about ``lr`` per step at most; the zoo's decay from the first
+#: step travels about ``lr * steps / ln(100)`` = 8.6 at 0.02 and 2000 steps, this about 54 before settling at 1% of
+#: the rate.
 #: Chosen on one generated family of user-style models and checked on another: benchmarks/RESULTS.md, "SVI defaults
-#: on user models (issue 35)".
+#: on user models (issue 35)" (``bbvi``: checked on the second, "bbvi on user models").
 USER_DEFAULTS = {"lr": 0.05, "lr_hold": 0.5}
 
 
 def init_to_prior_mean(site=None):
     """Pyro init strategy: the prior's mean where it is finite and in the support (the centre a user's prior names: 0
     for N(0, 10), 178 for N(178, 20)), else (a Cauchy's, a discrete site's) the median of 15 prior draws.  Where
-    ``svi``, ``svi-meanfield``, ``map`` and ``mle`` start on a user's own program (``Method.user_init``): the median of
-    15 prior draws, the guides' own default, starts a wide prior's site at random about a third of its sd from its
-    centre (the median of 15 draws has sd about 0.32 prior sd), where the centre is the one point the user named.
+    ``svi``, ``svi-meanfield``, ``bbvi``, ``map`` and ``mle`` start on a user's own program (``Method.user_init``):
+    the median of 15 prior draws, the guides' own default, starts a wide prior's site at random about a third of its
+    sd from its centre (the median of 15 draws has sd about 0.32 prior sd), where the centre is the one point the user
+    named.
     The entries of a plated site are spread about it (:data:`EXCHANGEABLE_SPREAD`).  The defaults that go with it:
     benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
 
@@ -490,7 +492,8 @@ def _register() -> None:
                run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
                          "elbo": "auto"},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
-               quick={"steps": 30, "samples": 50, "particles": 2}),
+               quick={"steps": 30, "samples": 50, "particles": 2}, user_defaults=USER_DEFAULTS,
+               user_init=init_to_prior_mean),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
                run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data",
                user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
