@@ -272,6 +272,12 @@ def test_an_entry_names_model_options_beside_method_settings(root, monkeypatch):
     assert plain["test_ll"] != row["test_ll"]  # the option reached the model: another likelihood, another score
 
 
+@pytest.mark.parametrize("entry", [f"{DROPOUT},p=0.1", f"{DROPOUT},noise=0.5"])
+def test_an_entry_cannot_set_what_a_tuned_method_searches(root, entry):
+    with pytest.raises(ValueError, match="is chosen per split by mc-dropout's search"):
+        uci_bench.run_split(root / "yacht", 0, entry)
+
+
 def test_the_protocol_model_is_declared_by_the_zoo():
     spec = model_for_protocol("uci")
     assert spec.protocols["uci"](100) == {"hidden": (100,)}

@@ -67,8 +67,8 @@ from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
-__all__ = ["run_uci", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS",
-           "default_root", "uci_folders"]
+__all__ = ["run_uci", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS", "TUNED",
+           "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
 
 #: The methods of the standard table, in its column order.  The ensemble twice: with the model's one noise sd, and
 #: with a noise sd per input (the model's heteroscedastic likelihood), as Lakshminarayanan et al. trained theirs;
@@ -212,6 +212,10 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
     if method in TUNED:
         part, held = split_dataset(train, VALIDATION, seed=seed + split)
         candidates = TUNED[method](protocol, float(train.y.double().std(unbiased=False)))
+        searched = {k for extra, more, _ in candidates for k in (*extra, *more)}
+        if searched & {*named, *settings}:
+            raise ValueError(f"method entry {entry!r}: {', '.join(sorted(searched & {*named, *settings}))} is chosen "
+                             f"per split by {method}'s search; leave it out of the entry")
         scores = [_fit_score(spec, part, held, method, options_for(**extra), {**settings, **more}, seed)["test_ll"]
                   for extra, more, _ in candidates]
         best = int(np.nanargmax(scores)) if not np.all(np.isnan(scores)) else 0
