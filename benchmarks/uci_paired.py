@@ -27,11 +27,14 @@ def paired(rows: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     for name, group in both.groupby("dataset", sort=False):
         ll = group["test_ll_b"] - group["test_ll_a"]
         rmse = 100 * (group["rmse_b"] / group["rmse_a"] - 1)
-        n = len(group)
-        se = (lambda d: d.std(ddof=1) / math.sqrt(n) if n > 1 else float("nan"))
-        out.append({"dataset": name, "splits": n, "ll_diff": ll.mean(), "ll_se": se(ll),
-                    "rmse_change": rmse.mean(), "rmse_se": se(rmse), "b_wins": int((ll > 0).sum())})
+        out.append({"dataset": name, "splits": len(group), "ll_diff": ll.mean(), "ll_se": _se(ll),
+                    "rmse_change": rmse.mean(), "rmse_se": _se(rmse), "b_wins": int((ll > 0).sum())})
     return pd.DataFrame(out)
+
+
+def _se(values: pd.Series) -> float:
+    """The standard error of the mean (NaN for a single value)."""
+    return values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
 
 
 def markdown(table: pd.DataFrame, a: str, b: str) -> str:
