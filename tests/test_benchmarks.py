@@ -450,6 +450,10 @@ def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("| tune | poisson |")]
     assert [row.split("|")[3].strip() for row in rows] == ["svi", "map"], out
     assert "converged (conv < 0.5): " in out and "off (conv >= 1.0): " in out, out
+    # --quick has no svi optimum: its svi fit is left out of the tally, not counted as converged; map's mode is one
+    assert "; not counted (no optimum to measure conv from): 1" in out, out
+    counted = sum(int(part.split(": ")[1].split(",")[0]) for part in out.strip().splitlines()[-1].split("; ")[:3])
+    assert counted == 1, out
 
 
 def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
