@@ -385,3 +385,57 @@ def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_ou
     assert torch.equal(fast(x, y)[0], x * y + 1.0)
     inductor(trace_aten(step, x, y), (x, y), contiguous=True)
     assert counters["inductor"]["fxgraph_cache_hit"] > hits
+
+
+def test_forms_agree_within_roundoff_of_their_tensors_scale_and_float32s_ulps_and_not_beyond():
+    """check_same (the gate every traced and compiled form passes): a float32 gradient of norm ~1e3 whose element
+    near 1 moved by 2e-3, and an energy error moved by 2 ulps of an energy near 2000 (both seen between correct
+    forms of a UCI BNN's NUTS leaf), agree; an error of a value's own size does not, nor 2.4e-4 in float64."""
+    from pyro_bdl.inference.compile.fastest import check_same
+    from pyro_bdl.inference.compile.static_runtime import same_outputs
+
+    grad = torch.tensor([1651.5, -1.4275, 0.0])
+    assert same_outputs(grad + torch.tensor([0.0, 2e-3, 0.0]), grad, tolerance=1e-4)
+    assert not same_outputs(grad + torch.tensor([0.0, 0.5, 0.0]), grad, tolerance=1e-4)
+    with_nan = torch.tensor([math.nan, math.inf, 0.5])  # the scale counts finite values only
+    assert same_outputs(with_nan.clone(), with_nan, tolerance=1e-4)
+    assert not same_outputs(torch.tensor([math.nan, math.inf, 0.6]), with_nan, tolerance=1e-4)
+    check_same((torch.tensor([-0.68506]), grad), (torch.tensor([-0.68530]), grad))
+    for wrong in (torch.tensor([-0.60]), torch.tensor([-0.68506], dtype=torch.float64)):
+        with pytest.raises(RuntimeError, match="disagrees"):
+            check_same(wrong, torch.tensor([-0.68530], dtype=wrong.dtype))
+
+
+def test_a_step_that_fails_to_compile_runs_traced_with_one_warning_and_gives_the_traced_draws(monkeypatch):
+    """Where inductor's form of a fused step fails (or disagrees), the sampler runs the traced form of the same
+    step (the static runtime), not the op-by-op one: same draws as compile=False, and a warning saying so."""
+    import warnings
+
+    from pyro_bdl.inference.compile import fusion as fusion_module
+    from pyro_bdl.inference.compile.fastest import PotentialCompileWarning
+    from pyro_bdl.inference.mcmc.potential import FlatPotential
+    from pyro_bdl.inference.mcmc.sampler import sample
+
+    model, data = FUSED_CASES["bnn-regressor"]
+
+    def draws(compile):
+        potential = FlatPotential(model, data, compile=False)
+        return sample(potential, potential.data_tensors(data), chains=2, warmup=10, samples=10, seed=1,
+                      compile=compile).theta
+
+    traced = draws(False)
+
+    def no_inductor(*args, **kwargs):
+        raise RuntimeError("inductor is out of order")
+
+    op_by_op = []
+    unfused = fusion_module._unfused
+    monkeypatch.setattr(fusion_module, "inductor", no_inductor)
+    monkeypatch.setattr(fusion_module, "_unfused", lambda *a: op_by_op.append(a) or unfused(*a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fell_back = draws(True)
+    ours = [str(w.message) for w in caught if issubclass(w.category, PotentialCompileWarning)]
+    assert ours and all("runs traced instead" in m and "out of order" in m for m in ours), ours
+    assert not op_by_op
+    assert torch.equal(fell_back, traced)

@@ -41,7 +41,7 @@ import torch.fx as fx
 from pyro_bdl.inference.compile.aten_trace import trace_aten
 from pyro_bdl.inference.compile.static_runtime import same_outputs, script
 
-__all__ = ["fastest", "Form", "PotentialCompileWarning", "check_same"]
+__all__ = ["fastest", "Form", "PotentialCompileWarning", "check_same", "TOLERANCE", "TOLERANCE_DEFAULT"]
 
 
 class PotentialCompileWarning(UserWarning):
@@ -70,9 +70,18 @@ def torch_quietly():
         yield
 
 
+#: How far a traced or compiled form may stray from the eager one, relative to each value and to its tensor's scale
+#: (:func:`~pyro_bdl.inference.compile.static_runtime.same_outputs`), by dtype: float32 reorders its sums, and a
+#: leaf's energy error, a difference of two energies near 2000, moves by 2 ulps (2.4e-4) between two correct forms
+#: (a UCI BNN, energy); 1e-3 is 8 ulps there.  Errors of a wrong graph are of the values' own size.
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+#: ... and for any other dtype (float64).
+TOLERANCE_DEFAULT = 1e-4
+
+
 def check_same(got, want) -> None:
-    """Raises where a form's outputs differ from the reference's (beyond 1e-4, relative and absolute)."""
-    if not same_outputs(got, want, tolerance=1e-4):
+    """Raises where a form's outputs differ from the reference's beyond :data:`TOLERANCE` of their dtype."""
+    if not same_outputs(got, want, tolerance=TOLERANCE_DEFAULT, by_dtype=TOLERANCE):
         raise RuntimeError("the traced potential disagrees with the eager one")
 
 

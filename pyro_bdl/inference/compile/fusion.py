@@ -72,7 +72,9 @@ class Fusion:
         compile)`` (``key`` names the step and the shapes of its arguments); see :func:`fuse` for ``example``,
         ``tensors`` (contiguous: :func:`contiguous_tensors`), ``compile`` and ``fixed``.  Where fusing fails (or
         the graph is None), ``step`` runs on ``eager`` (the function the graph was traced from, ``(x, *tensors) ->
-        outputs``), op by op.  ``stacklevel``: the frame a warning names, 1 for the caller of this method."""
+        outputs``), op by op; where only the compiled form fails (inductor's result disagrees or it cannot compile),
+        the traced one runs (the static runtime: a few times faster than op by op on a BNN's step).  ``stacklevel``:
+        the frame a warning names, 1 for the caller of this method."""
         if any(t.device.type != "cpu" for t in (*example, *tensors)):
             # the traced runtimes (the static runtime, inductor on a folded graph) are the CPU's speed path, where
             # Python's overhead per operation dominates; on an accelerator the steps run op by op
@@ -83,6 +85,9 @@ class Fusion:
                 step, self.graph, example, tensors, compile=compile, fixed=fixed, trace=self._trace,
                 stacklevel=stacklevel + 1)
         fused = self.steps[cache_key]
+        if fused is None and compile and self.graph is not None:
+            return self.fuse(key, step, example, tensors, eager=eager, compile=False, fixed=fixed,
+                             stacklevel=stacklevel + 1)
         return _unfused(step, eager, len(example)) if fused is None else fused
 
     def _trace(self, step, example, tensors) -> torch.fx.GraphModule:
@@ -133,8 +138,10 @@ def fuse(step, graph: torch.fx.GraphModule, example: tuple, tensors: tuple, *, c
         check_same(runner(*example, *tensors), reference)
         return runner
     except Exception as error:  # noqa: BLE001 - the step still runs, op by op
-        warnings.warn(f"the sampler's step did not fuse with the model's potential and runs op by op (slower): "
-                      f"{type(error).__name__}: {str(error)[:300]}", PotentialCompileWarning, stacklevel=stacklevel + 1)
+        how = ("did not compile fused with the model's potential and runs traced instead" if compile else
+               "did not fuse with the model's potential and runs op by op")
+        warnings.warn(f"the sampler's step {how} (slower): {type(error).__name__}: {str(error)[:300]}",
+                      PotentialCompileWarning, stacklevel=stacklevel + 1)
         return None
 
 
