@@ -548,3 +548,19 @@ def test_uci_paired_prints_the_paired_differences_and_refuses_an_unknown_column(
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/uci_paired.py"), str(tmp_path), "a", "c"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "no rows of c; the folder has: a, b" in proc.stderr
+
+
+def test_uci_nuts_cost_prints_a_row_per_set_and_refuses_a_missing_one(tmp_path):
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    rows[:, 2] = rows[:, 0] - 0.5 * rows[:, 1]
+    write_uci(tmp_path / "uci" / "toy", data=rows, features="0 1", target="2",
+              splits={0: (list(range(30)), list(range(30, 40)))})
+    out = run_script("benchmarks/uci_nuts_cost.py", "--root", str(tmp_path / "uci"), "--datasets", "toy",
+                     "--warmup", "10", "--samples", "5", cwd=tmp_path)
+    row = [line for line in out.splitlines() if line.startswith("| toy |")]
+    assert len(row) == 1 and row[0].split("|")[2].strip() == "30 x 2", out
+    depth, steps = float(row[0].split("|")[4]), float(row[0].split("|")[5])
+    assert 1 <= depth <= 10 and 1 <= steps <= 1023  # NUTS's default cap: depth 10, 2^10 - 1 steps
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/uci_nuts_cost.py"), "--root", str(tmp_path / "uci"),
+                           "--datasets", "nope"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "nope" in proc.stderr
