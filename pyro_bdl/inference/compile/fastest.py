@@ -71,9 +71,8 @@ def torch_quietly():
 
 
 #: How far a traced or compiled form may stray from the eager one, relative to each value and to its tensor's scale
-#: (:func:`~pyro_bdl.inference.compile.static_runtime.same_outputs`), by dtype: float32 reorders its sums, and a
-#: leaf's energy error, a difference of two energies near 2000, moves by 2 ulps (2.4e-4) between two correct forms
-#: (a UCI BNN, energy); 1e-3 is 8 ulps there.  Errors of a wrong graph are of the values' own size.
+#: (:func:`~pyro_bdl.inference.compile.static_runtime.same_outputs`), by dtype: a few ulps of a float32 energy near
+#: 2000, the roundoff of reordered sums (benchmarks/RESULTS.md, "UCI networks: the compiled leaf had been refused").
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 #: ... and for any other dtype (float64).
 TOLERANCE_DEFAULT = 1e-4

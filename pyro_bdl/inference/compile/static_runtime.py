@@ -65,8 +65,8 @@ def _static(traced, example, want):
 def same_outputs(got, want, tolerance: float, by_dtype: dict | None = None) -> bool:
     """Whether two functions' outputs (a tensor or a tuple of them) agree: shapes, dtypes, integers and booleans
     exactly, floating values within ``tolerance`` relative to each value and to the largest finite magnitude of
-    its tensor (at least 1; NaN equal to NaN); ``by_dtype``: dtype -> the tolerance for that dtype instead.  The tensor's scale counts because a reordered float32 sum errs by
-    its terms' size: a BNN's gradient of norm ~1e3 has elements near 1 off by ~1e-3 between two correct forms."""
+    its tensor (at least 1; NaN equal to NaN); ``by_dtype``: dtype -> the tolerance for that dtype instead.  The
+    tensor's scale counts because a reordered sum errs by the size of its terms, not of its result."""
     gots, wants = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     if len(gots) != len(wants):
         return False
