@@ -73,7 +73,8 @@ class Fusion:
         ``tensors`` (contiguous: :func:`contiguous_tensors`), ``compile`` and ``fixed``.  Where fusing fails (or
         the graph is None), ``step`` runs on ``eager`` (the function the graph was traced from, ``(x, *tensors) ->
         outputs``), op by op; where only the compiled form fails (inductor's result disagrees or it cannot compile),
-        the traced one runs (the static runtime: a few times faster than op by op on a BNN's step).  ``stacklevel``:
+        the traced one runs, as :func:`~pyro_bdl.inference.compile.fastest.fastest` does for a potential (benchmarks/
+        RESULTS.md, "UCI networks: the compiled leaf had been refused").  ``stacklevel``:
         the frame a warning names, 1 for the caller of this method."""
         if any(t.device.type != "cpu" for t in (*example, *tensors)):
             # the traced runtimes (the static runtime, inductor on a folded graph) are the CPU's speed path, where
@@ -137,7 +138,7 @@ def fuse(step, graph: torch.fx.GraphModule, example: tuple, tensors: tuple, *, c
             runner = script(fused, (*example, *tensors))
         check_same(runner(*example, *tensors), reference)
         return runner
-    except Exception as error:  # noqa: BLE001 - the step still runs, op by op
+    except Exception as error:  # noqa: BLE001 - the step still runs: traced (Fusion.fuse) or op by op
         how = ("did not compile fused with the model's potential and runs traced instead" if compile else
                "did not fuse with the model's potential and runs op by op")
         warnings.warn(f"the sampler's step {how} (slower): {type(error).__name__}: {str(error)[:300]}",
