@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as tqdm_base
 
 from pyro_bdl.data.embedded import split_dataset
 from pyro_bdl.data.table import DataError
@@ -280,6 +281,9 @@ def _check_out(out: Path, force: bool) -> None:
 
 def _worker_init() -> None:
     torch.set_num_threads(1)
+    # a thread lock for tqdm (bars are off here): its default is a multiprocessing lock, which the worker never frees
+    # and the resource tracker reports as leaked at the end of the run
+    tqdm_base.set_lock(threading.RLock())  # every bar class's, the fits' too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
 
 
