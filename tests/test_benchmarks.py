@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 from toy_uci import write_uci
 
+from pyro_bdl.workflows.uci_bench import run_split
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bbb_step.py"
 
@@ -564,3 +566,24 @@ def test_uci_nuts_cost_prints_a_row_per_set_and_refuses_a_missing_one(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/uci_nuts_cost.py"), "--root", str(tmp_path / "uci"),
                            "--datasets", "nope"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_uci_split_diagnosis_refits_the_tables_row_and_refuses_a_tuned_method(tmp_path):
+    """The refit is the table's own fit: the same test LL as ``bench uci``'s row for the split."""
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    rows[:, 2] = rows[:, 0] - 0.5 * rows[:, 1]
+    folder = write_uci(tmp_path / "uci" / "toy", data=rows, features="0 1", target="2",
+                       splits={0: (list(range(30)), list(range(30, 40)))})
+    entry = "nuts:warmup=20,samples=10"
+    want = run_split(folder, 0, entry)["test_ll"]
+    out = run_script("benchmarks/uci_split_diagnosis.py", "--root", str(tmp_path / "uci"), "toy", "0", "--method",
+                     entry, "--worst", "3", cwd=tmp_path)
+    assert f"toy split 0, {entry}: test LL {want:.3f} on 10 points" in out, out
+    assert "r_hat" in out and "sigma" in out and "largest R-hat of any coordinate" in out
+    points = [line for line in out.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    lls = [float(line.split("|")[5]) for line in points]
+    assert len(points) == 3 and lls == sorted(lls)  # the costliest first
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/uci_split_diagnosis.py"), "--root",
+                           str(tmp_path / "uci"), "toy", "0", "--method", "mc-dropout"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode == 2 and "mc-dropout is chosen among candidates" in proc.stderr

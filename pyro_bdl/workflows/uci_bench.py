@@ -68,8 +68,8 @@ from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
-__all__ = ["run_uci", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS", "TUNED",
-           "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
+__all__ = ["run_uci", "split_fit", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS",
+           "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
 
 #: The methods of the standard table, in its column order.  The ensemble twice: with the model's one noise sd, and
 #: with a noise sd per input (the model's heteroscedastic likelihood), as Lakshminarayanan et al. trained theirs;
@@ -186,13 +186,18 @@ def uci_folders(root: str | Path, datasets: Sequence[str] | None = None) -> list
     return [root / n for n in names]
 
 
-def _fit_score(spec: ModelSpec, train, test, method: str, options: dict, settings: dict, seed: int) -> dict:
-    """One fit of ``method`` on ``train``, scored on ``test``: evaluate_fit's metrics."""
+def split_fit(spec: ModelSpec, train, method: str, options: dict, settings: dict, seed: int):
+    """One fit of ``method`` on ``train`` as the table makes it (one thread, no bar, its convergence warnings held
+    back: the table reports the scores): the fit result."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # short chains' and fits' convergence warnings: the table reports the scores
-        result = fit(spec.name, train, inference=method, options=options, seed=seed, progress=False, threads=1,
-                     **settings)
-    return evaluate_fit(result, test)
+        warnings.simplefilter("ignore")
+        return fit(spec.name, train, inference=method, options=options, seed=seed, progress=False, threads=1,
+                   **settings)
+
+
+def _fit_score(spec: ModelSpec, train, test, method: str, options: dict, settings: dict, seed: int) -> dict:
+    """One fit of ``method`` on ``train`` (:func:`split_fit`), scored on ``test``: evaluate_fit's metrics."""
+    return evaluate_fit(split_fit(spec, train, method, options, settings, seed), test)
 
 
 def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict:
