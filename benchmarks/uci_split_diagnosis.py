@@ -19,9 +19,10 @@ import numpy as np
 
 from pyro_bdl.data.table import DataError
 from pyro_bdl.data.uci import load_uci, uci_protocol
+from pyro_bdl.posterior.evaluation import gaussian_predictive_draws
 from pyro_bdl.posterior.uncertainty import gaussian_tlpd
 from pyro_bdl.registry import model_for_protocol
-from pyro_bdl.workflows.uci_bench import TUNED, default_root, entry_options, split_fit
+from pyro_bdl.workflows.uci_bench import TUNED, default_root, entry_options, protocol_options, split_fit
 
 
 def diagnose(folder: Path, split: int, entry: str = "nuts", seed: int = 0, worst: int = 5) -> dict:
@@ -35,13 +36,8 @@ def diagnose(folder: Path, split: int, entry: str = "nuts", seed: int = 0, worst
         raise ValueError(f"{method} is chosen among candidates on each split by the table (its rows' `chosen` "
                          f"column); this refits a method at fixed settings: {', '.join(TUNED)} are not")
     train, test = load_uci(folder, split)
-    options = {**spec.protocols["uci"](uci_protocol(folder).hidden), **named}
-    result = split_fit(spec, train, method, options, settings, seed)
-    site = result.likelihood_sites[0]
-    pred = result.predictive(test)
-    y = test.y.double().numpy()
-    mu = pred.mean[site].reshape(-1, len(y))
-    sd = np.sqrt(pred.variance[site].reshape(mu.shape))
+    result = split_fit(spec, train, method, protocol_options(spec, uci_protocol(folder), named), settings, seed)
+    mu, sd, y = gaussian_predictive_draws(result, test)
     ll = gaussian_tlpd(mu, sd, y)
     out = {"test_ll": float(ll.mean()), "ll": ll, "mean": mu.mean(0), "sd": np.sqrt((sd ** 2).mean(0) + mu.var(0)),
            "y": y, "X": test.X.double().numpy(), "worst": np.argsort(ll)[:worst]}

@@ -35,6 +35,29 @@ def test_regression_metrics_are_in_the_units_of_the_target():
     assert big["coverage_94"] == plain["coverage_94"]
 
 
+
+def test_gaussian_predictive_draws_are_what_test_ll_averages_over():
+    """evaluate_fit's test_ll is the mean over rows of gaussian_tlpd of the per-draw Gaussians that
+    gaussian_predictive_draws returns (one per posterior draw: S > 1 for NUTS), and their mixture's mean is the
+    predict table's mean; a classifier's fit is refused by name."""
+    from pyro_bdl.posterior.evaluation import gaussian_predictive_draws
+    from pyro_bdl.posterior.uncertainty import gaussian_tlpd
+
+    train, test = split_dataset(pyro_bdl.load("linear"), 0.2)
+    fit = pyro_bdl.fit("blr", train, inference="nuts", samples=200, warmup=200, chains=2, seed=0,
+                       progress=False)
+    mu, sigma, y = gaussian_predictive_draws(fit, test)
+    assert mu.shape == sigma.shape == (400, len(test)) and (sigma > 0).all()
+    assert evaluate_fit(fit, test)["test_ll"] == pytest.approx(float(gaussian_tlpd(mu, sigma, y).mean()), rel=1e-12)
+    assert mu.mean(0) == pytest.approx(fit.predict(test)["mean"].to_numpy(), rel=1e-6)
+    digits = pyro_bdl.load("digits")
+    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 20 steps: only its kind matters here
+        classifier = pyro_bdl.fit("bnn-classifier", digits, inference="map", steps=20, progress=False,
+                                  options={"hidden": "4"})
+    with pytest.raises(ValueError, match="Gaussian"):
+        gaussian_predictive_draws(classifier, digits)
+
+
 # --------------------------------------------------------------------------- the report recipes
 
 def test_gap_report_is_the_gap_check_of_the_predictive_on_the_problem_grid():

@@ -4,6 +4,8 @@ r"""Report recipes: the numbers a fit is judged by, computed one way for noteboo
   predictive mean, the test log predictive density per point
   :math:`\log \frac1S \sum_s p(y_i \mid x_i, \theta_s)` (averaged: ``test_ll``), and the coverage of the
   central 94% interval.  Classification: accuracy, test log-likelihood, Brier score and ECE.
+* :func:`gaussian_predictive_draws`, a regression fit's predictive mean and sd per posterior draw on held-out
+  rows (what ``test_ll`` averages over), for looking at single points.
 * :func:`classification_report`, a classifier on a test set and out-of-distribution sets: accuracy, NLL,
   ECE, and the AUROC of telling test from each OOD set by predictive entropy and by mutual information.
 
@@ -36,7 +38,7 @@ from pyro_bdl.posterior.uncertainty import (
     rmse,
 )
 
-__all__ = ["evaluate_fit", "classification_report"]
+__all__ = ["evaluate_fit", "gaussian_predictive_draws", "classification_report"]
 
 
 def evaluate_fit(result, test) -> dict:
@@ -57,14 +59,39 @@ def evaluate_fit(result, test) -> dict:
         out.update(accuracy=accuracy(prob, labels), test_ll=float(categorical_tlpd(probs, labels).mean()),
                    brier=brier(prob, labels), ece=expected_calibration_error(prob, labels))
         return out
-    if not pred.gaussian.get(site, False):
-        raise ValueError("held-out evaluation needs a Gaussian or Categorical likelihood")
-    mu = pred.mean[site].reshape(-1, len(y))
-    sigma = np.sqrt(pred.variance[site].reshape(mu.shape))
+    mu, sigma = _gaussian_draws(pred, site, len(y))
     table = regression_summary(mu, sigma, 0.94)
     out.update(rmse=rmse(table["mean"].to_numpy(), y), test_ll=float(gaussian_tlpd(mu, sigma, y).mean()),
                coverage_94=float(np.mean((y >= table["lower"].to_numpy()) & (y <= table["upper"].to_numpy()))))
     return out
+
+
+def _gaussian_draws(pred, site: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if not pred.gaussian.get(site, False):
+        raise ValueError("held-out evaluation needs a Gaussian or Categorical likelihood")
+    mu = pred.mean[site].reshape(-1, n)
+    return mu, np.sqrt(pred.variance[site].reshape(mu.shape))
+
+
+def gaussian_predictive_draws(result, test) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A Gaussian-likelihood fit's predictive on ``test`` (a Dataset with targets), one Gaussian per posterior draw:
+    -> ``mu`` and ``sigma`` (S, n), the data's units, and the targets ``y`` (n,).  :func:`evaluate_fit`'s
+    ``test_ll`` is ``gaussian_tlpd(mu, sigma, y).mean()``; the per-point values show which rows cost the most.
+
+    >>> import pyro_bdl
+    >>> from pyro_bdl.data.embedded import split_dataset
+    >>> train, test = split_dataset(pyro_bdl.load("linear"), 0.2)
+    >>> fit = pyro_bdl.fit("blr", train, inference="map", steps=500, progress=False)
+    >>> mu, sigma, y = gaussian_predictive_draws(fit, test)
+    >>> mu.shape[1] == sigma.shape[1] == len(y) == len(test)
+    True
+    """
+    if test.y is None:
+        raise ValueError(f"{test.name}: held-out data need a target column")
+    site = result.likelihood_sites[0]
+    y = test.y.double().numpy()
+    mu, sigma = _gaussian_draws(result.predictive(test), site, len(y))
+    return mu, sigma, y
 
 
 def classification_report(fit, test, ood: Mapping[str, object] | None = None) -> tuple[pd.DataFrame, dict]:

@@ -68,7 +68,7 @@ from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
-__all__ = ["run_uci", "split_fit", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS",
+__all__ = ["run_uci", "split_fit", "protocol_options", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS",
            "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
 
 #: The methods of the standard table, in its column order.  The ensemble twice: with the model's one noise sd, and
@@ -186,6 +186,12 @@ def uci_folders(root: str | Path, datasets: Sequence[str] | None = None) -> list
     return [root / n for n in names]
 
 
+def protocol_options(spec: ModelSpec, protocol: UciProtocol, named: dict, **extra) -> dict:
+    """The model options of a table fit: the model's options for the UCI ``protocol`` (with a tuned method's
+    candidate ``extra``), then those the method entry names (``named``, :func:`entry_options`)."""
+    return {**spec.protocols["uci"](protocol.hidden, **extra), **named}
+
+
 def split_fit(spec: ModelSpec, train, method: str, options: dict, settings: dict, seed: int):
     """One fit of ``method`` on ``train`` as the table makes it (one thread, no bar, its convergence warnings held
     back: the table reports the scores): the fit result."""
@@ -209,8 +215,8 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
     method, named, settings = entry_options(spec, entry)
     train, test = load_uci(folder, split)
 
-    def options_for(**extra) -> dict:  # the model's options for the protocol, then those the entry names
-        return {**spec.protocols["uci"](protocol.hidden, **extra), **named}
+    def options_for(**extra) -> dict:
+        return protocol_options(spec, protocol, named, **extra)
 
     start = time.perf_counter()
     chosen = ""
