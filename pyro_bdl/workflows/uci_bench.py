@@ -333,7 +333,7 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
             ) -> pd.DataFrame:
     """Fit every method on every split (the first ``splits`` of each set when given) of the UCI folders under
     ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
-    only the fits missing), write the report (``uci.md``, ``uci.csv``, ``uci.png``:
+    only the fits missing), write the report of every row ``out`` holds (``uci.md``, ``uci.csv``, ``uci.png``:
     :func:`~pyro_bdl.workflows.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
     ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel (``"auto"``:
     one per core, at most one per fit).  ``report_only``: no fit, the report rewritten from the rows kept."""
@@ -353,7 +353,7 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     if report_only:
         if not len(rows):
             raise ValueError(f"--out {out}: holds no fits to report (no rows.csv)")
-        write_report(out, rows, {f.name: uci_protocol(f).splits for f in folders}, list(methods), notes)
+        _report(out, rows, Path(root), folders, methods, seed)
         return rows
     if not tasks and not len(rows):
         raise ValueError("nothing to fit: " + "; ".join(notes))
@@ -374,9 +374,23 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     finally:
         bar.close()
         log.write()
-        write_report(out, _read_rows(out / "rows.csv"), {f.name: uci_protocol(f).splits for f in folders},
-                     list(methods), notes)
+        _report(out, _read_rows(out / "rows.csv"), Path(root), folders, methods, seed)
     return rows
+
+
+def _report(out: Path, rows: pd.DataFrame, root: Path, folders: list[Path], methods: Sequence[str], seed: int
+            ) -> None:
+    """The report of every row ``out`` holds, not only this run's: the sets and methods named first, then the
+    others the rows have (a run of one set into a folder of nine keeps the nine in ``uci.md``); rows of a set with no
+    folder under ``root`` are left out with a note."""
+    named = {f.name for f in folders}
+    found = {p.name for p in root.iterdir() if (p / "data.txt").is_file()}
+    others = [d for d in dict.fromkeys(rows["dataset"]) if d not in named]
+    shown = [*folders, *(root / d for d in others if d in found)]
+    entries = list(dict.fromkeys([*methods, *rows["method"]]))
+    notes = _tasks(shown, entries, None, set(), seed)[1]
+    notes += [f"rows of {d} kept but not shown: no folder {d} under {root}" for d in others if d not in found]
+    write_report(out, rows, {f.name: uci_protocol(f).splits for f in shown}, entries, notes)
 
 
 def _kept_rows(out: Path, rows: pd.DataFrame, results, log: "_RunLog", bar) -> pd.DataFrame:
