@@ -24,14 +24,14 @@ from pyro_bdl.data.uci import load_uci, uci_protocol
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.method import get_method
 from pyro_bdl.registry import model_for_protocol
-from pyro_bdl.workflows.uci_bench import default_root
+from pyro_bdl.workflows.uci_bench import default_root, protocol_options
 
 
 def cost(folder: Path, warmup: int, samples: int, seed: int = 0) -> dict:
     """One short `nuts` fit on split 0 of ``folder``: its seconds and the sampling draws' statistics."""
     spec = model_for_protocol("uci")
     train, _ = load_uci(folder, 0)
-    options = spec.protocols["uci"](uci_protocol(folder).hidden)
+    options = protocol_options(spec, uci_protocol(folder), {})
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short run's convergence warnings: this measures cost, not the answer
