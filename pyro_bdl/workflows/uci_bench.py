@@ -68,8 +68,8 @@ from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.workflows.uci_report import machine, write_report
 
-__all__ = ["run_uci", "split_fit", "protocol_options", "method_entry", "entry_options", "split_entries", "entries_text", "DEFAULT_METHODS",
-           "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
+__all__ = ["run_uci", "split_fit", "protocol_options", "method_entry", "entry_options", "split_entries", "entries_text",
+           "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
 
 #: The methods of the standard table, in its column order.  The ensemble twice: with the model's one noise sd, and
 #: with a noise sd per input (the model's heteroscedastic likelihood), as Lakshminarayanan et al. trained theirs;
