@@ -35,7 +35,6 @@ def test_regression_metrics_are_in_the_units_of_the_target():
     assert big["coverage_94"] == plain["coverage_94"]
 
 
-
 def test_gaussian_predictive_draws_are_what_test_ll_averages_over():
     """evaluate_fit's test_ll is the mean over rows of gaussian_tlpd of the per-draw Gaussians that
     gaussian_predictive_draws returns (one per posterior draw: S > 1 for NUTS), and their mixture's mean is the
@@ -54,7 +53,7 @@ def test_gaussian_predictive_draws_are_what_test_ll_averages_over():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 20 steps: only its kind matters here
         classifier = pyro_bdl.fit("bnn-classifier", digits, inference="map", steps=20, progress=False,
                                   options={"hidden": "4"})
-    with pytest.raises(ValueError, match="Gaussian"):
+    with pytest.raises(ValueError, match="needs a Gaussian likelihood; .* is categorical"):
         gaussian_predictive_draws(classifier, digits)
 
 

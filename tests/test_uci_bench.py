@@ -111,7 +111,6 @@ def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, mon
     assert np.allclose(again.sort_values(key)["test_ll"], whole.sort_values(key)["test_ll"], rtol=1e-6)
 
 
-
 def test_the_report_covers_every_row_the_folder_holds_not_only_the_runs(root, tmp_path):
     """A run of one set and method into a folder holding another set's rows reports both sets and both methods;
     rows of a set whose folder is not under the root are kept in rows.csv and named in a note."""
@@ -127,6 +126,8 @@ def test_the_report_covers_every_row_the_folder_holds_not_only_the_runs(root, tm
     text = (out / "uci.md").read_text()
     assert "| mine |" not in text and f"rows of mine kept but not shown: no folder mine under {root}" in text
     assert len(pd.read_csv(out / "rows.csv")) == 2
+
+
 def test_a_terminated_parallel_run_keeps_its_rows_writes_its_report_and_goes_on(root, tmp_path):
     """SIGTERM to a run of two worker processes (what a scheduler or ``timeout`` sends): it stops between two rows,
     ends its workers, keeps the rows made, writes the report and exits 130; the same command then makes only the

@@ -89,8 +89,12 @@ def gaussian_predictive_draws(result, test) -> tuple[np.ndarray, np.ndarray, np.
     if test.y is None:
         raise ValueError(f"{test.name}: held-out data need a target column")
     site = result.likelihood_sites[0]
+    pred = result.predictive(test)
+    if site in pred.probs:
+        raise ValueError(f"per-draw Gaussians: the fit needs a Gaussian likelihood; {site!r} is categorical "
+                         "(evaluate_fit scores a classifier)")
     y = test.y.double().numpy()
-    mu, sigma = _gaussian_draws(result.predictive(test), site, len(y))
+    mu, sigma = _gaussian_draws(pred, site, len(y))
     return mu, sigma, y
 
 

@@ -384,7 +384,7 @@ def _report(out: Path, rows: pd.DataFrame, root: Path, folders: list[Path], meth
     others the rows have (a run of one set into a folder of nine keeps the nine in ``uci.md``); rows of a set with no
     folder under ``root`` are left out with a note."""
     named = {f.name for f in folders}
-    found = {p.name for p in root.iterdir() if (p / "data.txt").is_file()}
+    found = {f.name for f in uci_folders(root)}
     others = [d for d in dict.fromkeys(rows["dataset"]) if d not in named]
     shown = [*folders, *(root / d for d in others if d in found)]
     entries = list(dict.fromkeys([*methods, *rows["method"]]))
