@@ -3,7 +3,7 @@
 Each ``--methods`` entry is ``method`` or ``method:key=value,...`` (e.g. ``mc-dropout:mask=weight``, DropConnect),
 fitted to ``bnn-classifier`` on ``pyro_bdl.data.embedded.digits_split()`` (1347 training / 450 test rows) with
 seed ``--seed`` and the method's defaults otherwise.  Each row: test accuracy, NLL (mean negative log predictive
-density), ECE (15 bins), the dropout rate per layer (``info["dropout_p"]``: the fixed ``p`` or concrete dropout's
+density), ECE (15 bins), the dropout rate per layer (``info.dropout_p``: the fixed ``p`` or concrete dropout's
 learned rates) and the wall time of fit and evaluation.  The rows are printed and written as a markdown table to
 ``--out`` (default benchmarks/results/dropout_variants_digits.md) with the command, date and machine; the UCI rows
 come from ``pyro-bdl bench uci`` (then ``benchmarks/uci_regression.py``, which it replaced;
@@ -65,7 +65,7 @@ def _fit(model: str, data, spec: str, seed: int, quick: bool):
 
 
 def _rates(fit) -> str:
-    rates = fit.info.get("dropout_p")
+    rates = getattr(fit.info, "dropout_p", None)
     return ", ".join(f"{k} {v:.4f}" for k, v in rates.items()) if isinstance(rates, dict) else f"{rates:g} (fixed)"
 
 

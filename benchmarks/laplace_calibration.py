@@ -117,7 +117,7 @@ def run_one(set_name: str, spec: str, *, quick: bool, seed: int, reps: int) -> d
         probs = fit.predictive(test).probs[fit.likelihood_sites[0]]
     seconds = time.perf_counter() - start
     prob = probs.reshape((-1,) + probs.shape[2:]).mean(0)
-    prior = fit.info.get("laplace_prior_precision")
+    prior = getattr(fit.info, "laplace_prior_precision", None)
     row_ll = np.log(prob[np.arange(len(test)), test.y.long().numpy()])
     return {"set": set_name, "method": spec, "seed": seed, "train": len(train), "test": len(test),
             "classes": int(prob.shape[1]), "accuracy": metrics["accuracy"], "nll": -metrics["test_ll"],
@@ -162,7 +162,7 @@ def diagnose(set_name: str, seed: int, quick: bool = False) -> list[str]:
                            prior_precision="marglik", **settings)
         package_ece = evaluate_fit(fit, test)["ece"]
     q = fit.guide
-    delta, P = fit.info["laplace_prior_precision"], len(q.mean)
+    delta, P = fit.info.laplace_prior_precision, len(q.mean)
     G = q.precision_cholesky @ q.precision_cholesky.T - delta * torch.eye(P, dtype=torch.float64)
     eig = torch.linalg.eigvalsh(G).clamp(min=0)
     norms, start = [], 0
@@ -180,7 +180,7 @@ def diagnose(set_name: str, seed: int, quick: bool = False) -> list[str]:
     lines = [f"Diagnosis on `{set_name}` (seed {seed}; `--diagnose {set_name}`{' --quick' if quick else ''}), the "
              f"MAP of `laplace-ggn` and its GGN over all {P} weights:", "",
              f"- the marginal likelihood's prior precision delta = {delta:.3g} (effective parameters "
-             f"{fit.info['laplace_effective_parameters']:.0f} of {P}); squared norms of the MAP's weights (count): "
+             f"{fit.info.laplace_effective_parameters:.0f} of {P}); squared norms of the MAP's weights (count): "
              + ", ".join(norms),
              f"- the GGN's eigenvalues: median {float(eig.median()):.3g}, 90% {float(eig.quantile(0.9)):.3g}, 99% "
              f"{float(eig.quantile(0.99)):.3g}, largest {float(eig.max()):.3g}; {int((eig > delta).sum())} of {P} "

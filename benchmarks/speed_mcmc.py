@@ -392,7 +392,7 @@ def workload_digits(args):
     per_step = {f"zoo jit={args.jit} (fit, compile included)": seconds / steps}
     print(f"zoo NUTS: {seconds:.1f} s, {steps} leapfrog steps, {1e3 * seconds / steps:.3f} ms per step, "
           f"tree depths (sampling) {dict((d, int(c)) for d, c in enumerate(depths) if c)}, "
-          f"divergences {fit.info['divergences']}")
+          f"divergences {fit.info.divergences}")
     model, data, _, _ = recorder.seen[0]
     floors = _floors(model, data, reps=10 if args.quick else 200,
                      modes=(False,) if args.quick and not args.jit else (False, True))
@@ -481,8 +481,8 @@ def workload_demo(args):
         seconds[kernel] = time.perf_counter() - start
         if kernel == "zoo":
             print(f"  (zoo: {recorder.steps} leapfrog steps, steps {'compiled' if recorder.compiled else 'traced'})")
-        print(f"kernel={kernel}: {seconds[kernel]:.1f} s, divergences {result.info['divergences']}, "
-              f"min bulk ESS {result.info.get('min_ess_bulk', float('nan')):.0f}")
+        print(f"kernel={kernel}: {seconds[kernel]:.1f} s, divergences {result.info.divergences}, "
+              f"min bulk ESS {getattr(result.diagnostics, 'min_ess_bulk', float('nan')):.0f}")
     if "pyro" in seconds:
         print(f"ratio zoo/pyro [demo fit seconds] = {seconds['zoo'] / seconds['pyro']:.2f}")
 

@@ -352,7 +352,7 @@ def nuts_reference(problem: Problem, seed: int = 0, quick: bool = False) -> dict
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = pyro_bdl.fit(problem.model, problem.data(seed), inference="nuts", progress=False, seed=seed, **size)
-    return {**flat_summary(fit.samples), "_info": {k: fit.info.get(k) for k in ("max_r_hat", "min_ess_bulk", "divergences")}}
+    return {**flat_summary(fit.samples), "_info": fit.diagnostics.headline()}
 
 
 def mode(problem: Problem, start: dict, likelihood_only: bool = False, seed: int = 0) -> dict:
@@ -467,17 +467,20 @@ HEADER = ("| family | model | method | settings | seed | err | conv | sd / NUTS 
           "pace | loss settled | warned | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-def table_row(problem: Problem, method: str, cand: str, seed: int, row: dict, info: dict, messages, seconds) -> str:
-    kinds = ("moving" if info.get("moving") else "") + ("+loss" if info.get("settled") is False else "")
+def table_row(problem: Problem, method: str, cand: str, seed: int, row: dict, result, messages, seconds) -> str:
+    """One row of the table: ``result``'s drift record (``info``) and loss check (``diagnostics``) beside ``row``."""
+    drift, checks = result.info, result.diagnostics
+    kinds = ("moving" if checks.moving else "") + ("+loss" if checks.settled is False else "")
     sd = "" if method in ("map", "mle") else f"{row['sd_lo']:.2f}-{row['sd_hi']:.2f}"
-    def part(key):
-        value = info.get(key, math.nan)
-        return f"{value:.2f}" + (f" ({info.get(key + '_at')})" if value > 0 else "")
+
+    def part(value, at):
+        return f"{value:.2f}" + (f" ({at})" if value > 0 else "")
 
     return (f"| {problem.family} | {problem.name} | {method} | {cand} | {seed} | {row['err']:.2f} | "
-            f"{row['conv']:.2f} | {sd} | {info.get('drift', math.nan):.2f} ({info.get('drift_at')}) | "
-            f"{part('drift_running')} | {part('drift_travelling')} | {info.get('drift_t', math.nan):.1f} | "
-            f"{info.get('drift_pace', math.nan):.2f} | {info.get('settled')} | "
+            f"{row['conv']:.2f} | {sd} | {drift.drift:.2f} ({drift.drift_at}) | "
+            f"{part(drift.drift_running, drift.drift_running_at)} | "
+            f"{part(drift.drift_travelling, drift.drift_travelling_at)} | {drift.drift_t:.1f} | "
+            f"{drift.drift_pace:.2f} | {checks.settled} | "
             f"{kinds if messages else '-'} | "
             f"{seconds:.0f} |")
 
@@ -611,8 +614,8 @@ def main(argv=None) -> int:
                 for seed in args.seeds:
                     result, messages, seconds = run_fit(problem, method, settings, seed)
                     row = score(result, ref, target, best)
-                    print(table_row(problem, method, cand, seed, row, result.info, messages, seconds), flush=True)
-                    tally.add(row["conv"], bool(messages), bool(result.info.get("moving")))
+                    print(table_row(problem, method, cand, seed, row, result, messages, seconds), flush=True)
+                    tally.add(row["conv"], bool(messages), bool(result.diagnostics.moving))
     print(f"\n{tally.line()}")
     return 0
 

@@ -125,8 +125,8 @@ def main(argv=None) -> None:
                                patience=patience, kl_warmup=warmup, is_samples=args.is_samples, seed=0, progress=False)
             seconds = time.perf_counter() - start
             scores = evaluate(fit, test)
-            run = fit.info["epochs_run"]
-            which = f"{fit.info['epochs']} : {fit.info['patience']}" + (" (default)" if epochs is None else "")
+            run = fit.info.epochs_run
+            which = f"{fit.info.epochs} : {fit.info.patience}" + (" (default)" if epochs is None else "")
             print(f"| {name} | {len(train)} | {lr:g} | {which} | {warmup:g} | {run} | "
                   f"{run * steps_per_epoch} | {scores['test_log_px']:.2f} | {scores['test_elbo']:.2f} | "
                   f"{active_units(fit, test)} | {seconds:.0f} |", flush=True)

@@ -113,14 +113,14 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         fit = fits[label] = pyro_bdl.fit("vae", train, **common, **settings)
         est = estimate_rows(fit, test, args.is_samples)
-        print(f"| {label} | {fit.info['epochs_run']} | {float(est.elbo.mean()):.2f} | {float(est.log_px.mean()):.2f} "
+        print(f"| {label} | {fit.info.epochs_run} | {float(est.elbo.mean()):.2f} | {float(est.log_px.mean()):.2f} "
               f"+- {float(est.log_px.std() / len(est.log_px) ** 0.5):.2f} ({args.is_samples}) | "
               f"{float((est.log_px - est.elbo).mean()):.2f} | {float((est.log_px > est.elbo).double().mean()):.3f} | "
               f"{time.perf_counter() - start:.0f} |", flush=True)
 
     fit = fits["elbo"]
     rows = test.X[: args.ood_rows]
-    error = train_autoencoder(train.X, args.latent, args.hidden, fit.info["epochs_run"], args.batch_size, args.seed)
+    error = train_autoencoder(train.X, args.latent, args.hidden, fit.info.epochs_run, args.batch_size, args.seed)
     inside_vae = -estimate_rows(fit, rows, args.ood_samples).log_px
     inside_ae = error(rows)
     print(f"\nOut of domain ({len(rows)} test digits against {len(rows)} images of each kind; AUROC, 1 = perfectly "

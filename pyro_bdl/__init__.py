@@ -1,5 +1,16 @@
 """pyro-bdl: a Bayesian deep learning model zoo on Pyro.
 
+The faces:
+
+* ``fit``: the one fit entry point, for zoo models and any Pyro model.
+* ``result``: ``FitResult``, what every fit returns.
+* ``registry``: the model registry, ``ModelSpec``, and what a fit will use (``resolve``).
+* ``store``: a fit directory, written whole and loaded back.
+* ``cli``: the ``pyro-bdl`` command line.
+
+The packages, lowest layer first (README, "Layout"): ``data``, ``storage``, ``nn``, ``inference``, ``posterior``,
+``workflows``, ``models`` (the zoo, imported last), ``studies``.
+
 >>> import pyro_bdl
 >>> result = pyro_bdl.fit("coin", "coin", inference="map", steps=300, progress=False)
 >>> result.method

@@ -1,5 +1,5 @@
-"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn | compare`` (a thin layer over
-the Python API).
+"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn | compare | bench uci`` (a thin
+layer over the Python API).
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
@@ -28,7 +28,6 @@ from pyro_bdl.inference.method import processes_methods
 from pyro_bdl.inference.parallel.devices import resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, leave
 from pyro_bdl.posterior.amortised import image_grid, simulate, square_side
-from pyro_bdl.posterior.diagnostics import DIAGNOSTIC_KEYS
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import get_model, list_models
 from pyro_bdl.storage.files import atomic_write, atomic_write_text
@@ -151,16 +150,16 @@ def _cmd_fit(args) -> int | None:
     if not group.main:  # process 0 writes the fit directory and reports
         return None
     if test is not None:
-        result.info["heldout"] = {"fraction": test_fraction, **evaluate_fit(result, test)}
+        result.heldout = {"fraction": test_fraction, **evaluate_fit(result, test)}
     files = write_fit(result, args.out, test)
     if args.force:  # the replaced fit's files must not outlive it
         remove_stale(args.out, files)
     summary = result.summary()
     print(summary.head(12).to_string() + (f"\n... {len(summary) - 12} more rows in summary.csv" if len(summary) > 12 else ""))
-    extra = {k: result.info[k] for k in DIAGNOSTIC_KEYS if k in result.info}
+    extra = result.diagnostics.headline() if result.diagnostics is not None else {}
     extra.update(result.report)  # what the model reports of itself
     extra.update({f"test_{k}" if not k.startswith("test") else k: v
-                  for k, v in result.info.get("heldout", {}).items() if k != "fraction"})
+                  for k, v in (result.heldout or {}).items() if k != "fraction"})
     if extra:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()))
     print(f"{spec.name} / {result.method}: {result.record.wall_seconds:.1f} s; wrote {', '.join(files)} to {args.out}")

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 import pyro
 import torch
@@ -34,10 +33,8 @@ from pyro_bdl.inference.parallel.devices import move_to, resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, join
 from pyro_bdl.inference.site_shapes import as_event_dims, unplated_sites
 from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
-from pyro_bdl.posterior.mode_check import running_to_an_edge
 from pyro_bdl.posterior.prior_check import prior_posterior_conflict
-from pyro_bdl.posterior.diagnostics import importance_report, mcmc_report, svi_report
-from pyro_bdl.registry import ModelSpec, get_model, resolve, takes_minibatches
+from pyro_bdl.registry import ModelSpec, resolve, spec_of, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
 from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint, kept_rng
 
@@ -73,8 +70,8 @@ class _Prepared:
 def _prepare(model, data, target, options, device: torch.device, standardize_on=None) -> _Prepared:
     """The model bound and its data on ``device`` (so the standardising transform's statistics are too), the inputs
     standardised by the statistics of ``standardize_on`` (n', d) where given, else of the training rows."""
-    if isinstance(model, (str, ModelSpec)):
-        spec = get_model(model) if isinstance(model, str) else model
+    spec = spec_of(model)
+    if spec is not None:
         if data is None:
             data = spec.default_data
         dataset = spec.load_data(data, target) if isinstance(data, (str, Path, pd.DataFrame)) else data
@@ -104,8 +101,6 @@ def _prepare(model, data, target, options, device: torch.device, standardize_on=
                                         x_reference=_reference_inputs(standardize_on, dataset))
         standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
         return _Prepared(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
-    if not callable(model):
-        raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     if options:
         raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
     bound, kwargs = bind_arguments(model, data.model_kwargs() if isinstance(data, Dataset) else data)
@@ -220,7 +215,7 @@ def fit(
     >>> abs(float(result.posterior_mean("mu")) - float(y.mean())) < 0.05
     True
     """
-    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    spec = spec_of(model)
     inference = inference or (spec.default_method if spec is not None else DEFAULT_METHOD)
     init_loc_fn, plan = settings.pop("init_loc_fn", None), resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
@@ -381,7 +376,7 @@ def _result(prepared: _Prepared, draws, observed: list[str], inference: str, rec
     return FitResult(
         model=prepared.answer_model(observed), data=prepared.data if prepared.data is not None else kwargs,
         method=inference, likelihood_sites=observed, samples=with_deterministic(bound, kwargs, kept),
-        sample_stats=draws.sample_stats, losses=draws.losses, info=dict(draws.info), record=record,
+        sample_stats=draws.sample_stats, losses=draws.losses, info=draws.info, record=record,
         guide=draws.guide, spec=spec, standardizer=prepared.standardizer,
         params={**model_params(bound, kwargs), **draws.params, **kept_params},
     )
@@ -403,42 +398,13 @@ def _check_minibatch(resolved: dict, bound, dataset, name: str | None = None) ->
 
 
 def _diagnose(result: FitResult, method) -> None:
-    """Check the fit and record the diagnostics in ``result.info`` (warnings name what is wrong)."""
-    family = method.family
-    if result.losses is not None:
-        losses = np.asarray(result.losses, dtype=float)
-        # an ensemble is judged by its worst member
-        reports = [svi_report(row, warn=False) for row in np.atleast_2d(losses)]
-        worst = min(range(len(reports)), key=lambda i: (reports[i]["settled"], reports[i]["final_elbo"]))
-        # the drift check's record, where the run measured one (pyro_bdl.inference.drift): one warning names both.
-        # Kept, not read, for a network: its weights are not identifiable (permutations, scalings) and keep drifting
-        # along flat directions after its predictions have settled; its loss and held-out metrics judge it
-        network = result.spec is not None and "network" in result.spec.inference.traits
-        drift = result.info if "drift_window" in result.info and not network else None
-        edges = _edges(result, method.objective) if family == "point" and drift is not None else None
-        result.info.update(svi_report(np.atleast_2d(losses)[worst][np.isfinite(np.atleast_2d(losses)[worst])],
-                                      drift=drift, edges=edges))
-    if family == "mcmc":
-        result.info.update(mcmc_report(result.to_inference_data(), var_names=list(result.samples)))
-    if family == "importance":
-        result.info.update(importance_report(result.info["importance_ess"], result.info["importance_draws"]))
+    """Check the fit: the method judges its own (:attr:`~pyro_bdl.inference.method.Method.diagnose`, whose report
+    becomes ``result.diagnostics``; warnings name what is wrong), the zoo model reports of itself, and the draws
+    and the prior's scale are checked whatever the method."""
+    result.diagnostics = method.diagnose(result)
     if result.spec is not None and result.spec.hooks.report is not None:  # what the model reports of itself
         result.report = result.spec.hooks.report(result)
-        result.info.update(result.report)
     _check_prior_scale(result)
     for name, value in result.samples.items():
         if not torch.isfinite(value).all():
             warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)
-
-
-def _edges(result: FitResult, objective) -> list:
-    """The sites of a point fit at an edge of their support with the density still rising there (no mode:
-    posterior.mode_check), in the density the fit maximised (``objective(model)``, else the model's own)."""
-    if not result.samples or not all(bool(torch.isfinite(v).all()) for v in result.samples.values()):
-        return []
-    try:
-        with result.own_params():
-            return running_to_an_edge(result.model, result.data, result.samples,
-                                      objective(result.model) if objective is not None else None)
-    except (ValueError, RuntimeError, NotImplementedError):  # a prior that cannot be drawn, or a density that is not
-        return []  # finite at the point: not judged (the loss check reports a NaN loss)

@@ -40,7 +40,7 @@ from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites, takes_minibatches
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, method_for, pyro_names_as_ours
 
-__all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "list_models", "model_for_protocol", "takes_minibatches"]
+__all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "spec_of", "list_models", "model_for_protocol", "takes_minibatches"]
 
 
 def choice(name: str, choices) -> Callable[[str], str]:
@@ -413,6 +413,23 @@ def get_model(name: str) -> ModelSpec:
     if name not in _REGISTRY:
         raise ValueError(f"unknown model '{name}'; known models: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
+
+
+def spec_of(model) -> ModelSpec | None:
+    """The zoo's :class:`ModelSpec` of ``model`` (a name or a spec), or None for a user's Pyro program (any other
+    callable): the one place a fit, a comparison, active learning and SBC tell them apart.  Anything else is a
+    ``TypeError``; an unknown name a ``ValueError`` listing the known ones.
+
+    >>> spec_of("blr").name, spec_of(lambda y=None: None)
+    ('blr', None)
+    """
+    if isinstance(model, str):
+        return get_model(model)
+    if isinstance(model, ModelSpec):
+        return model
+    if not callable(model):
+        raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
+    return None
 
 
 def model_for_protocol(protocol: str) -> ModelSpec:

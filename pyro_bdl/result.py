@@ -19,6 +19,7 @@ from pyro_bdl.data.task import Task
 from pyro_bdl.inference.parallel.devices import move_to
 from pyro_bdl.inference import METHODS
 from pyro_bdl.inference.enumeration import discrete_draws
+from pyro_bdl.inference.outputs import MethodInfo, Record, to_json
 from pyro_bdl.posterior.inference_data import quiet_arviz, to_inference_data
 from pyro_bdl.posterior.predictive import PredictiveDraws, check_draw_shapes, predictive_draws, summarise
 from pyro_bdl.posterior.uncertainty import classification_summary
@@ -29,7 +30,8 @@ __all__ = ["FitResult", "FitRecord"]
 @dataclass
 class FitRecord:
     """What was fitted, how and on what: the facts that ``metrics.json``, the InferenceData's attributes, reports
-    and plots read of a fit (the diagnostics and the method's own outputs are in :attr:`FitResult.info`).
+    and plots read of a fit (the method's own outputs are :attr:`FitResult.info`, its checks
+    :attr:`FitResult.diagnostics`).
 
     Attributes
     ----------
@@ -90,8 +92,15 @@ class FitResult:
     sample_stats : per-draw statistics, arrays (chains, draws).
     losses : SVI loss per step, or None.
     likelihood_sites : names of the observed sites.
-    info : the method's outputs (acceptance rate, importance ESS, ...) and the diagnostics (R-hat, ESS, the final
-        ELBO), written to metrics.json beside :attr:`record`.
+    info : what the method returns beside the draws, its typed record (:attr:`Method.outputs
+        <pyro_bdl.inference.method.Method.outputs>`: the drift record, acceptance rate, importance ESS, the Laplace's
+        log evidence, ...), or None.
+    diagnostics : the method's check of the fit (:attr:`Method.diagnose <pyro_bdl.inference.method.Method.diagnose>`:
+        a :class:`~pyro_bdl.inference.diagnose.LossReport`, :class:`~pyro_bdl.inference.diagnose.ChainReport` or
+        :class:`~pyro_bdl.inference.diagnose.WeightsReport`), or None.
+    heldout : the fit's scores on held-out rows where it was tested on them (``pyro-bdl fit --test-fraction``):
+        ``{"fraction": ..., "test_ll": ..., ...}`` (:func:`~pyro_bdl.posterior.evaluation.evaluate_fit`), or None.
+    warnings : warnings a workflow caught while it made the fit (active learning's rounds), as text.
     record : :class:`FitRecord`, what was fitted, how and on what (model name, seed, settings, options, the data).
     guide : the fitted guide (SVI-type methods).
     spec : the zoo :class:`~pyro_bdl.registry.ModelSpec`, or None for a user's model.
@@ -103,7 +112,9 @@ class FitResult:
         of the guide), name -> constrained value, what the method's predictive needs besides the draws
         (``Draws.params``) and what its spec's ``hooks.posterior`` keeps (e.g. sparse VD's posterior factors); saved as
         ``params.pt`` and restored by ``load_fit``.
-    report : what the zoo model reports of the fit (its spec's ``hooks.report``), also in ``info``.
+    report : what the zoo model reports of the fit (its spec's ``hooks.report``), name -> number.
+
+    :meth:`metrics` is what ``metrics.json`` holds: all of these, flat, under their fields' names.
     """
 
     model: Callable
@@ -113,7 +124,10 @@ class FitResult:
     likelihood_sites: list
     sample_stats: dict = field(default_factory=dict)
     losses: np.ndarray | None = None
-    info: dict = field(default_factory=dict)
+    info: MethodInfo | None = None
+    diagnostics: Record | None = None
+    heldout: dict | None = None
+    warnings: list = field(default_factory=list)
     record: FitRecord | None = None
     guide: Any = None
     spec: Any = None
@@ -136,6 +150,29 @@ class FitResult:
                  "constraints": {k: constraints.real for k in self.params}}
         with pyro.get_param_store().scope(state):
             yield
+
+    @property
+    def log_evidence(self) -> float | None:
+        """The method's own estimate of ``log p(y)`` (``laplace``, ``laplace-ggn``, ``importance``: its
+        ``info.EVIDENCE`` says what kind), in the units the model works in; None for a method that makes none."""
+        return None if self.info is None else self.info.evidence_estimate()
+
+    def metrics(self) -> dict:
+        """What ``metrics.json`` holds, JSON-safe: the :class:`FitRecord`, the method's :attr:`info`, its
+        :attr:`diagnostics`, the model's :attr:`report`, :attr:`heldout` and :attr:`warnings`, flat, each record
+        under its fields' names (NaN as null; the options as the files record them)."""
+        out = self.record.as_dict(self.method)
+        if self.spec is not None:
+            out["options"] = self.spec.options_on_disk(out["options"])
+        for part in (self.info, self.diagnostics):
+            if part is not None:
+                out.update(part.to_metrics())
+        out.update(self.report)
+        if self.heldout is not None:
+            out["heldout"] = self.heldout
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return to_json({**out, "point_estimate": self.point_estimate})
 
     @property
     def task(self) -> Task:

@@ -9,25 +9,26 @@ or interrupted run leaves nothing half-written.  Loading reads NetCDF, JSON and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
 from pyro_bdl.data.arguments import bind_arguments, binding_of, rebind
 from pyro_bdl.data.transforms import StandardizedModel, Standardizer
+from pyro_bdl.inference.method import METHODS
+from pyro_bdl.inference.outputs import to_json
 from pyro_bdl.posterior.inference_data import samples_from_inference_data
 from pyro_bdl.registry import get_model
 from pyro_bdl.result import FitRecord, FitResult
 from pyro_bdl.storage.paths import FitDirectoryError
 
-__all__ = ["metrics", "write_fit", "load_fit", "PARAMS", "ARGUMENTS"]
+__all__ = ["write_fit", "load_fit", "PARAMS", "ARGUMENTS"]
 
 #: The model's learned parameters (networks, feature maps) in a fit directory: a dict of tensors, read
 #: back with ``torch.load(..., weights_only=True)``.
@@ -35,44 +36,35 @@ PARAMS = "params.pt"
 #: A user's program's tensor arguments (its data), read back the same way.
 ARGUMENTS = "arguments.pt"
 
-def _clean(value):
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
-
-
-def metrics(result: FitResult) -> dict:
-    """The fit's :class:`~pyro_bdl.result.FitRecord` and every entry of its ``info``, JSON-safe (NaN becomes null,
-    other objects their repr; options as the files record them:
-    :meth:`~pyro_bdl.registry.ModelSpec.options_on_disk`)."""
-    record = result.record.as_dict(result.method)
-    if result.spec is not None:
-        record["options"] = result.spec.options_on_disk(record["options"])
-    return _clean({**record, **result.info, "point_estimate": result.point_estimate})
-
-
 def _recorded(written: dict) -> dict:
     """What ``metrics.json`` recorded of the run that the NetCDF attributes do not hold (settings, run time, data
-    set, rows), where it is there and of the right type (it is not needed to predict)."""
+    set, rows, where it ran), where it is there and of the right type (it is not needed to predict)."""
     kinds = {"settings": dict, "wall_seconds": (int, float), "data": str, "rows": int}
-    return {k: written[k] for k, kind in kinds.items() if isinstance(written.get(k), kind)}
+    out = {k: written[k] for k, kind in kinds.items() if isinstance(written.get(k), kind)}
+    runs_on = {k: written[k] for k in ("device", "threads", "processes") if k in written}
+    return {**out, "runs_on": runs_on} if runs_on else out
 
 
-#: What a loaded fit keeps of its run's ``info`` (from ``metrics.json``): the numbers later questions read (the
-#: method's estimate of the log evidence, :func:`pyro_bdl.workflows.evidence.evidence`).
-KEPT_INFO = ("log_evidence",)
-
-
-def _kept_info(written: dict) -> dict:
-    return {k: float(written[k]) for k in KEPT_INFO if isinstance(written.get(k), (int, float))}
+def _outputs(method: str, written: dict, spec) -> dict:
+    """The fit's typed records rebuilt from its ``metrics.json``: the method's outputs (``info``), its check
+    (``diagnostics``: the report type of the method's ``diagnose``), held-out scores, caught warnings, and a zoo model's
+    own report (the keys that no other record holds).  Nothing where the method is unknown or no file was kept."""
+    known = METHODS.get(method)
+    if known is None or not written:
+        return {}
+    report_type = getattr(known.diagnose, "report", None)
+    out = {"info": known.outputs.from_metrics(written),
+           "diagnostics": report_type.from_metrics(written) if report_type is not None else None,
+           "heldout": written.get("heldout") if isinstance(written.get("heldout"), dict) else None,
+           "warnings": [str(w) for w in written.get("warnings", [])] if isinstance(written.get("warnings"), list) else []}
+    if spec is not None and spec.hooks.report is not None:
+        claimed = {f.name for record in (out["info"], out["diagnostics"]) if record is not None
+                   for f in dataclasses.fields(record)}
+        claimed |= set(FitRecord(spec.name).as_dict(method)) | {"data", "rows", "feature_names", "target", "device",
+                                                                "threads", "processes", "point_estimate", "heldout",
+                                                                "warnings"}
+        out["report"] = {k: v for k, v in written.items() if k not in claimed}
+    return out
 
 
 def _arguments_record(result: FitResult) -> tuple[dict, dict]:
@@ -83,7 +75,7 @@ def _arguments_record(result: FitResult) -> tuple[dict, dict]:
               if v is None or isinstance(v, (bool, int, float, str)) and not isinstance(v, torch.Tensor)}
     names = getattr(result.model, "call_names", lambda: {k: k for k in result.data})()
     names = {k: names.get(k, k) for k in result.data}
-    return {"names": names, "binding": binding_of(result.model), "values": _clean(values)}, tensors
+    return {"names": names, "binding": binding_of(result.model), "values": to_json(values)}, tensors
 
 
 def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
@@ -108,7 +100,7 @@ def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
         idata.to_netcdf(str(tmp / "posterior.nc"))
         summary = result.summary()
         summary.to_csv(tmp / "summary.csv")
-        (tmp / "metrics.json").write_text(json.dumps(metrics(result), indent=2) + "\n")
+        (tmp / "metrics.json").write_text(json.dumps(result.metrics(), indent=2) + "\n")
         if result.params:  # learned parameters of the model (networks, feature maps): tensors only
             torch.save({k: v.detach().cpu() for k, v in result.params.items()}, tmp / PARAMS)
             files.append(PARAMS)
@@ -164,7 +156,7 @@ def load_fit(fit_dir: str | Path, model: Callable | None = None, data: dict | No
         record = FitRecord(attrs["model"], seed, options={}, **_recorded(written))
         bound, kwargs = _user_model(Path(fit_dir), model, json.loads(own), data)
         return FitResult(model=bound, data=kwargs, method=method, samples=samples, likelihood_sites=sites,
-                         record=record, params=params, info=_kept_info(written))
+                         record=record, params=params, **_outputs(method, written, None))
     if model is not None or data is not None:
         raise ValueError(f"{fit_dir} holds a fit of the zoo model '{attrs['model']}': load it without model= or data=")
     return _zoo_fit(Path(fit_dir), idata, attrs, written, params, method, samples, sites, options, seed)
@@ -258,5 +250,6 @@ def _zoo_fit(fit_dir, idata, attrs, written, params, method, samples, sites, opt
     return FitResult(
         standardizer=standardizer,
         model=model, data=data, method=method,
-        samples=samples, likelihood_sites=sites, record=record, spec=spec, params=params, info=_kept_info(written),
+        samples=samples, likelihood_sites=sites, record=record, spec=spec, params=params,
+        **_outputs(method, written, spec),
     )

@@ -34,7 +34,7 @@ def ess(result, site, kind):
         return np.array([float(az.ess(draws[:, :, j], method=kind)) for j in range(draws.shape[2])])
     n = draws.shape[0] * draws.shape[1]
     if family == "importance":
-        w = result.info["importance_ess"]
+        w = result.info.importance_ess
         return np.full(draws.shape[2], 1.0 / (1.0 / w + 1.0 / n))
     return np.full(draws.shape[2], float(n))
 

@@ -80,9 +80,9 @@ def test_validation_elbo_of_an_enumerated_depth_is_the_exact_log_marginal_likeli
 def test_fit_with_validation_rows_keeps_the_best_epoch_by_the_enumerated_validation_elbo():
     fit = pyro_bdl.fit("adaptive-depth-resnet", inference="svi-amortised", options=SMALL, epochs=4, lr=5e-3,
                        validation=0.2, progress=False)
-    history = fit.info["elbo_history"]["validation"]
-    assert len(history) == 4 and fit.info["validation_rows"] == round(0.2 * 1797)
-    assert fit.info["validation_elbo"] == max(history) and np.isfinite(history).all()
+    history = fit.info.elbo_history["validation"]
+    assert len(history) == 4 and fit.info.validation_rows == round(0.2 * 1797)
+    assert fit.info.validation_elbo == max(history) and np.isfinite(history).all()
 
 
 def _guide_grads(step) -> torch.Tensor:

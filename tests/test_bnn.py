@@ -189,7 +189,7 @@ def test_mc_dropout_reports_tau_and_adds_it_to_the_predictive_variance():
     """tau = 1 / sigma^2 (the fitted noise): the aleatoric variance of every prediction is 1 / tau,
     in the data's units (times the target's standardisation scale squared)."""
     result = pyro_bdl.fit("bnn-regressor", "sine", inference="mc-dropout", progress=False, steps=300)
-    tau = result.info["tau"]
+    tau = result.info.tau
     assert tau == pytest.approx(1.0 / float(result.samples["sigma"][0, 0]) ** 2)
     table = result.predict(sine_grid(10))
     y_sd = result.standardizer.y_sd

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.posterior.diagnostics import _ess_table, importance_report, mcmc_report, svi_report
+from pyro_bdl.inference.diagnose import _ess_table, importance_report, mcmc_report, svi_report
 
 
 def test_short_mcmc_run_warns_with_the_failing_diagnostic():
@@ -28,7 +28,7 @@ def test_healthy_mcmc_run_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", pyro_bdl.ConvergenceWarning)
         result = pyro_bdl.fit("coin", inference="nuts", progress=False, samples=500, warmup=300)
-    assert result.info["max_r_hat"] < 1.01 and result.info["divergences"] == 0
+    assert result.diagnostics.max_r_hat < 1.01 and result.info.divergences == 0
 
 
 def test_mcmc_report_uses_unrounded_diagnostics():
@@ -40,9 +40,9 @@ def test_mcmc_report_uses_unrounded_diagnostics():
     report = mcmc_report(idata, warn=False)
     want_rhat = max(float(az.rhat(idata)[v].max()) for v in ("a", "b"))
     want_ess = min(float(az.ess(idata)[v].min()) for v in ("a", "b"))
-    assert report["max_r_hat"] == pytest.approx(want_rhat, rel=1e-12)
-    assert report["min_ess_bulk"] == pytest.approx(want_ess, rel=1e-12)
-    assert report["max_r_hat"] != round(report["max_r_hat"], 2)
+    assert report.max_r_hat == pytest.approx(want_rhat, rel=1e-12)
+    assert report.min_ess_bulk == pytest.approx(want_ess, rel=1e-12)
+    assert report.max_r_hat != round(report.max_r_hat, 2)
 
 
 def test_one_chain_report_warns_once_in_its_own_words():
@@ -53,17 +53,17 @@ def test_one_chain_report_warns_once_in_its_own_words():
     with pytest.warns(pyro_bdl.ConvergenceWarning) as caught:
         report = mcmc_report(idata)
     assert [str(w.message) for w in caught] == ["MCMC diagnostics: only one chain: r_hat cannot be checked (use chains >= 2)"]
-    assert math.isnan(report["max_r_hat"])
+    assert math.isnan(report.max_r_hat)
     for method in ("bulk", "tail"):
         ess = az.ess(idata, method=method)
-        assert report[f"min_ess_{method}"] == pytest.approx(min(float(ess[v].min()) for v in ("a", "w")), rel=1e-12)
+        assert getattr(report, f"min_ess_{method}") == pytest.approx(min(float(ess[v].min()) for v in ("a", "w")), rel=1e-12)
     # the same rows, named alike, as az.summary's ESS columns (which it computes the same way)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = az.summary(idata, kind="diagnostics", round_to="none")[["ess_bulk", "ess_tail"]]
     pd.testing.assert_frame_equal(_ess_table(idata), want, check_exact=False, rtol=1e-12)
     # and no "Shape validation failed" from ArviZ's r_hat (its logger prints a message once per process: a fresh one)
-    code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.posterior.diagnostics import mcmc_report; "
+    code = ("import warnings, numpy as np, arviz as az; from pyro_bdl.inference.diagnose import mcmc_report; "
             "warnings.simplefilter('ignore'); "
             "mcmc_report(az.from_dict(posterior={'a': np.random.default_rng(0).normal(size=(1, 300))}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -72,11 +72,11 @@ def test_one_chain_report_warns_once_in_its_own_words():
 
 def test_svi_report_flags_nan_and_unsettled_losses():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="NaN"):
-        assert not svi_report([3.0, 2.0, float("nan")])["settled"]
+        assert not svi_report([3.0, 2.0, float("nan")]).settled
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
-        assert not svi_report(np.linspace(100, 10, 500))["settled"]
+        assert not svi_report(np.linspace(100, 10, 500)).settled
     rng = np.random.default_rng(0)
-    assert svi_report(5.0 + rng.normal(size=1000))["settled"]
+    assert svi_report(5.0 + rng.normal(size=1000)).settled
 
 
 def test_svi_nan_loss_stops_training_with_a_warning():
@@ -89,7 +89,7 @@ def test_svi_nan_loss_stops_training_with_a_warning():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # and, as it stopped early, not settled
         with pytest.warns(pyro_bdl.ConvergenceWarning, match="loss became nan at step"):
             result = pyro_bdl.fit(broken, {"y": torch.tensor(1.0)}, inference="map", progress=False, steps=500, lr=0.5)
-    assert result.info["steps_run"] < 500 and not result.info["settled"]
+    assert result.diagnostics.steps_run < 500 and not result.diagnostics.settled
 
 
 def test_svi_non_finite_parameters_are_put_back_to_the_last_finite_ones():
@@ -117,7 +117,7 @@ def test_prior_proposal_collapses_on_informative_data():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="effective sample size"):
         result = pyro_bdl.fit("blr", inference="importance", proposal="prior", options={"noise": 0.5},
                               progress=False, samples=500)
-    assert result.info["importance_ess"] < 10
+    assert result.info.importance_ess < 10
 
 
 def test_compare_methods_and_loo():

@@ -127,10 +127,10 @@ def test_concrete_rates_log_terms_are_the_prior_at_zero_and_the_entropy():
 def test_concrete_dropout_reports_a_learned_rate_per_layer():
     fit = pyro_bdl.fit("bnn-regressor", "sine", inference="concrete-dropout", options={"hidden": (8, 8)},
                        steps=60, samples=10, progress=False, seed=0)
-    rates = fit.info["dropout_p"]
+    rates = fit.info.dropout_p
     assert sorted(rates) == ["layer1", "layer2"]
     assert all(0 < v < 1 and v != pytest.approx(0.1, abs=1e-6) for v in rates.values())  # moved from the start
-    assert "tau" in fit.info
+    assert fit.info.tau is not None
 
 
 #: The seeds of the paired comparison (one fit per seed and n): 8 fits of 7-8 s.
@@ -152,7 +152,7 @@ def test_concrete_dropout_learns_a_smaller_rate_from_more_data():
         for n in (10, 200):
             fit = pyro_bdl.fit("bnn-regressor", sine_rows(n), inference="concrete-dropout",
                                options={"hidden": (20,)}, steps=1000, samples=10, progress=False, seed=seed)
-            learned[n] = fit.info["dropout_p"]["layer1"]
+            learned[n] = fit.info.dropout_p["layer1"]
         diffs.append(learned[10] - learned[200])
     d = torch.tensor(diffs, dtype=torch.float64)
     assert float(d.mean()) > 4.5 * float(d.std()) / math.sqrt(len(d)), diffs
@@ -205,6 +205,6 @@ def test_a_user_network_gets_the_hidden_layers_dropped():
     X = torch.randn(30, 2)
     data = {"X": X, "y": X.sum(-1)}
     fit = pyro_bdl.fit(net, data, inference="concrete-dropout", steps=20, samples=5, progress=False)
-    assert sorted(fit.info["dropout_p"]) == ["layer1"]
+    assert sorted(fit.info.dropout_p) == ["layer1"]
     with pytest.raises(ValueError, match="at least two dense layers"):
         pyro_bdl.fit(lambda X, y=None: net(X, y, widths=(1,)), data, inference="mc-dropout", steps=1, progress=False)

@@ -112,7 +112,7 @@ def test_importance_is_within_monte_carlo_error_of_the_exact_evidence(blr):
     samples = 2000
     fit = pyro_bdl.fit("blr", data, "importance", options=options, progress=False, samples=samples, seed=1)
     estimate, exact = pyro_bdl.evidence(fit), pyro_bdl.evidence(fit, "exact")
-    sd = math.sqrt(1 / fit.info["importance_ess"] - 1 / samples)
+    sd = math.sqrt(1 / fit.info.importance_ess - 1 / samples)
     assert estimate.source == "method" and exact.source == "exact"
     assert abs(estimate - exact) < 4 * sd + ROUND_OFF, (float(estimate), float(exact), sd)
 
@@ -153,7 +153,7 @@ def test_laplace_ggn_evidence_is_of_the_data_in_their_own_units():
     gap = 0.5 * (fit.guide.mean - mean) @ precision @ (fit.guide.mean - mean)
     reference = float(marginal.log_prob(data.y.double()) - gap)
     assert abs(pyro_bdl.evidence(fit) - reference) < 1e-3, (float(pyro_bdl.evidence(fit)), reference)
-    assert fit.info["log_evidence"] == fit.info["laplace_log_marginal_likelihood"]  # standardised units there
+    assert fit.info.log_evidence == fit.info.laplace_log_marginal_likelihood  # standardised units there
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")

@@ -131,7 +131,7 @@ def test_last_layer_ggn_laplace_is_the_exact_linear_regression_posterior_on_the_
     evidence = torch.distributions.MultivariateNormal(  # log N(y; 0, sigma^2 I + Phi diag(prior)^-1 Phi^T)
         torch.zeros(len(y), dtype=torch.float64), sigma**2 * torch.eye(len(y)) + Phi @ torch.diag(1 / prior) @ Phi.T)
     gap = 0.5 * (q.mean - mean) @ precision @ (q.mean - mean)
-    assert abs(fit.info["laplace_log_marginal_likelihood"] - float(evidence.log_prob(y) - gap)) < 1e-3
+    assert abs(fit.info.laplace_log_marginal_likelihood - float(evidence.log_prob(y) - gap)) < 1e-3
     # the linearised predictive at new inputs, in standardised units: the epistemic variance is phi^T S phi for the
     # draws' own covariance S exactly (f_lin is linear in the weights), and phi^T Sigma phi within Monte Carlo error
     X_new = torch.linspace(-2, 2, 7)[:, None]
@@ -198,7 +198,7 @@ def test_matches_laplace_torch_on_a_small_regression_net():
     fit = pyro_bdl.fit("bnn-regressor", data, inference="laplace-ggn", options={"hidden": str(hidden)}, progress=False,
                        steps=1000, grad_clamp=math.inf, samples=num)
     point, std = _point(fit), fit.standardized_data
-    sigma, delta = float(fit.samples["sigma"][0, 0]), fit.info["laplace_prior_precision"]
+    sigma, delta = float(fit.samples["sigma"][0, 0]), fit.info.laplace_prior_precision
     net = torch.nn.Sequential(torch.nn.Linear(1, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
     with torch.no_grad():
         for layer, name in ((net[0], "layer0"), (net[2], "layer1")):
@@ -221,7 +221,7 @@ def test_matches_laplace_torch_on_a_small_regression_net():
     assert torch.linalg.matrix_norm(ours - theirs, 2) <= 2 * bound
     assert torch.allclose(ours, la.posterior_covariance.double(), rtol=1e-3, atol=2 * float(bound))
     lml = float(la.log_marginal_likelihood(torch.tensor(delta)))
-    assert abs(fit.info["laplace_log_marginal_likelihood"] - lml) < 1e-4 * abs(lml) + 1e-3
+    assert abs(fit.info.laplace_log_marginal_likelihood - lml) < 1e-4 * abs(lml) + 1e-3
     # our delta maximises laplace-torch's marginal likelihood: its derivative in log delta vanishes there
     log_delta = torch.tensor(math.log(delta), requires_grad=True)
     slope, = torch.autograd.grad(la.log_marginal_likelihood(log_delta.exp()), log_delta)
@@ -265,7 +265,7 @@ def test_matches_laplace_torch_on_a_small_classifier():
     fit = pyro_bdl.fit("bnn-classifier", Dataset("toy-classes", X, y.float()), inference="laplace-ggn",
                        options={"hidden": "6"}, progress=False, steps=500, samples=20, prior_precision="marglik")
     point, std = _point(fit), fit.standardized_data
-    delta = fit.info["laplace_prior_precision"]
+    delta = fit.info.laplace_prior_precision
     net = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
     with torch.no_grad():
         for layer, name in ((net[0], "layer0"), (net[2], "layer1")):
@@ -279,7 +279,7 @@ def test_matches_laplace_torch_on_a_small_classifier():
     precision, reference = L @ L.T, la.posterior_precision.double()
     assert torch.allclose(precision, reference, rtol=1e-4, atol=1e-5 * float(reference.diagonal().max()))
     lml = float(la.log_marginal_likelihood(torch.tensor(delta)))
-    assert abs(fit.info["laplace_log_marginal_likelihood"] - lml) < 1e-4 * abs(lml) + 1e-3
+    assert abs(fit.info.laplace_log_marginal_likelihood - lml) < 1e-4 * abs(lml) + 1e-3
     log_delta = torch.tensor(math.log(delta), requires_grad=True)
     slope, = torch.autograd.grad(la.log_marginal_likelihood(log_delta.exp()), log_delta)
     assert abs(float(slope)) < 1e-3, float(slope)
@@ -292,7 +292,7 @@ def test_laplace_ggn_is_uncertain_in_the_sine_gap():
         fit = pyro_bdl.fit("bnn-regressor", "sine", inference="laplace-ggn", progress=False, seed=0)
     check = gap_report(fit).check
     assert check.passed, check  # measured: ratio 30.8, rmse 0.014, gap |z| 0.26 (benchmarks/RESULTS.md)
-    assert fit.info["laplace_dimension"] == 151 and 0 < fit.info["laplace_effective_parameters"] < 151
+    assert fit.info.laplace_dimension == 151 and 0 < fit.info.laplace_effective_parameters < 151
 
 
 # ------------------------------------------------------------------- a classifier's prior precision (issue 34)
@@ -358,7 +358,7 @@ def test_a_classifier_at_the_defaults_is_calibrated_and_beats_its_map():
                    [f"x{i}" for i in range(20)], "label")
     train, test = split_dataset(data, 0.25, 0, stratify=True)
     fit = pyro_bdl.fit("bnn-classifier", train, inference="laplace-ggn", seed=0, progress=False)
-    assert fit.info["laplace_prior_choice"] == "validation" and fit.info["laplace_validation_rows"] == 750
+    assert fit.info.laplace_prior_choice == "validation" and fit.info.laplace_validation_rows == 750
     probs = fit.predictive(test).probs["y"]
     prob = probs.reshape((-1,) + probs.shape[2:]).mean(0)
     labels = test.y.long().numpy()

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import pyro_bdl
-from pyro_bdl.posterior.mode_check import running_to_an_edge
+from pyro_bdl.inference.mode_check import running_to_an_edge
 from conftest import centred_schools
 from pyro_example_models import EXAMPLES
 
@@ -40,7 +40,7 @@ def _map(model, data, **settings):
 def test_centred_eight_schools_has_no_mode_and_the_warning_says_so():
     result, messages = _map(centred_schools, {"sigma": SCHOOLS_SIGMA, "y": SCHOOLS_Y})
     assert float(result.samples["tau"]) < 0.05  # collapsing, as the density leads it
-    assert result.info["no_mode"] == ["tau"]
+    assert result.diagnostics.no_mode == ["tau"]
     (message,) = messages
     assert "'tau' is running to 0, the edge of its support" in message and "more steps will not help" in message
     assert "nuts" in message and "non-centred" in message
@@ -50,7 +50,7 @@ def test_centred_eight_schools_has_no_mode_and_the_warning_says_so():
 def test_a_concentration_running_to_infinity_is_found():
     example = EXAMPLES["partially_pooled"]
     result, messages = _map(example.model, example.data())
-    assert result.info["no_mode"] == ["kappa"] and float(result.samples["kappa"]) > 1e4
+    assert result.diagnostics.no_mode == ["kappa"] and float(result.samples["kappa"]) > 1e4
     assert any("'kappa' is running to inf" in m for m in messages), messages
 
 
@@ -58,7 +58,7 @@ def test_a_concentration_running_to_infinity_is_found():
 def test_a_density_with_a_mode_gives_no_such_warning(name):
     example = EXAMPLES[name]
     result, messages = _map(example.model, example.data())
-    assert "no_mode" not in result.info and not any("edge of its support" in m for m in messages), messages
+    assert result.diagnostics.no_mode is None and not any("edge of its support" in m for m in messages), messages
 
 
 def test_a_mode_close_to_the_edge_is_a_mode():
@@ -67,7 +67,7 @@ def test_a_mode_close_to_the_edge_is_a_mode():
     negligible pull)."""
     y = 1.0 + 0.05 * torch.randn(200, generator=torch.Generator().manual_seed(0))
     result, messages = _map(tight_noise, {"y": y})
-    assert messages == [] and "no_mode" not in result.info
+    assert messages == [] and result.diagnostics.no_mode is None
     mode = float(((y - 1.0) ** 2).mean().sqrt())
     assert abs(float(result.samples["sigma"]) - mode) < 1e-3 * mode
     # and the function itself, at the mode and at points on either side of it

@@ -77,5 +77,5 @@ def test_mle_is_overconfident_on_few_tosses():
         mle = pyro_bdl.fit("coin", "coin-few", inference="mle", progress=False)
     nuts = pyro_bdl.fit("coin", "coin-few", inference="nuts", progress=False, samples=1000, warmup=300)
     assert float(mle.posterior_mean("pi")) > 0.95
-    assert nuts.info["p_next_heads_exact"] == pytest.approx(0.8)
-    assert abs(nuts.info["p_next_heads"] - 0.8) < 4.5 * float(nuts.posterior_sd("pi")) / np.sqrt(nuts.info["min_ess_bulk"])
+    assert nuts.report["p_next_heads_exact"] == pytest.approx(0.8)
+    assert abs(nuts.report["p_next_heads"] - 0.8) < 4.5 * float(nuts.posterior_sd("pi")) / np.sqrt(nuts.diagnostics.min_ess_bulk)

@@ -62,17 +62,18 @@ def test_resolved_settings_are_typed():
         resolve(None, "nuts", guide="normal")
 
 
-def test_metrics_write_every_json_safe_entry_of_info(tmp_path):
-    """No allow-list: whatever a model or method records in ``info`` reaches metrics.json."""
+def test_metrics_write_every_json_safe_entry_of_the_records(tmp_path):
+    """No allow-list: whatever a model reports of itself, and every field of the method's records, reaches
+    metrics.json, JSON-safe."""
     from pyro_bdl.store import write_fit
 
     fit = pyro_bdl.fit("coin", inference="map", steps=50, progress=False)
-    fit.info["a_new_models_report"] = {"value": 1.5, "nan": float("nan"), "tensor": torch.ones(1)}
+    fit.report["a_new_models_report"] = {"value": 1.5, "nan": float("nan"), "tensor": torch.ones(())}
     write_fit(fit, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert written["a_new_models_report"]["value"] == 1.5 and written["a_new_models_report"]["nan"] is None
+    assert written["a_new_models_report"] == {"value": 1.5, "nan": None, "tensor": 1.0}
     assert written["p_next_heads"] == fit.report["p_next_heads"]
-    assert set(fit.info) <= set(written)
+    assert set(fit.info.to_metrics()) | set(fit.diagnostics.to_metrics()) <= set(written)
 
 
 def test_unsupervised_program_over_named_data(tmp_path):

@@ -51,8 +51,8 @@ def test_rugged_svi_at_the_user_defaults_matches_nuts():
     reference = json.loads(FIXTURE.read_text())["sites"]
     result = pyro_bdl.fit(BENCH.rugged_model, BENCH.rugged_data(), inference="svi", progress=False)
     assert result.record.settings["lr_hold"] == svi_module.USER_DEFAULTS["lr_hold"]
-    assert result.info["moving"] is False
-    assert result.info["drift_running"] < DRIFT_VISIBLE and result.info["drift_travelling"] < DRIFT_MIN
+    assert result.diagnostics.moving is False
+    assert result.info.drift_running < DRIFT_VISIBLE and result.info.drift_travelling < DRIFT_MIN
     for name, ref in reference.items():
         draws = result.samples[name].double().reshape(-1)
         mean, sd = float(draws.mean()), float(draws.std())
@@ -70,10 +70,10 @@ def test_a_too_short_run_warns_that_the_answer_is_still_moving():
         result = pyro_bdl.fit(BENCH.rugged_model, BENCH.rugged_data(), inference="svi", progress=False, steps=600,
                               lr=0.02, lr_hold=0.0, samples=200)
     assert "--lr" in str(caught[0].message) and "lr_hold" in str(caught[0].message)  # says what to do
-    assert result.info["moving"] is True
-    assert result.info["drift_pace"] >= DRIFT_PACE and result.info["drift_running"] >= DRIFT_VISIBLE
+    assert result.diagnostics.moving is True
+    assert result.info.drift_pace >= DRIFT_PACE and result.info.drift_running >= DRIFT_VISIBLE
     assert "full pace" in str(caught[0].message)
-    assert result.info["drift_units"] == "guide sds"
+    assert result.info.drift_units == "guide sds"
 
 
 def _far_mean(y=None):
@@ -91,11 +91,11 @@ def test_a_point_fit_still_moving_warns_and_a_settled_one_does_not():
     # 300 steps at 0.02 decaying from the first: mu is still travelling from 0 towards 12 (the loss falls too)
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="still moving"):
         moving = pyro_bdl.fit(_far_mean, data, inference="map", progress=False, steps=300, lr=0.02, lr_hold=0.0)
-    assert moving.info["drift_units"] == "Laplace sds" and moving.info["drift_at"] == "mu"
+    assert moving.info.drift_units == "Laplace sds" and moving.info.drift_at == "mu"
     # the user defaults' schedule over 600 steps gets there and stops: no warning (warnings are errors here), the
     # mode within 0.05 of its sd
     settled = pyro_bdl.fit(_far_mean, data, inference="map", progress=False, steps=600)
-    assert settled.info["moving"] is False
+    assert settled.diagnostics.moving is False
     mode = float(data["y"].sum()) / (40 + 1e-4)  # the posterior mean = mode: y ~ N(mu, 1), mu ~ N(0, 100^2)
     assert abs(float(settled.samples["mu"]) - mode) < 0.05 / math.sqrt(40)
 
@@ -163,7 +163,7 @@ def test_a_resumed_run_measures_the_same_drift(monkeypatch, tmp_path):
             pyro_bdl.fit(_far_mean, data, checkpoint=tmp_path / "ck.pt", **settings)
     resumed = pyro_bdl.fit(_far_mean, data, checkpoint=tmp_path / "ck.pt", **settings)
     for key in ("drift", "drift_sd", "drift_pace", "drift_t", "drift_at", "drift_running", "drift_travelling"):
-        assert resumed.info[key] == whole.info[key], key
+        assert getattr(resumed.info, key) == getattr(whole.info, key), key
 
 
 def test_tracker_windows_and_a_run_too_short_to_measure():
@@ -172,8 +172,8 @@ def test_tracker_windows_and_a_run_too_short_to_measure():
     assert tracker.describe() == "steps 1401-1600 against 1801-2000"
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # the loss check still reads 30 steps
         short = pyro_bdl.fit(_far_mean, _far_data(), inference="map", progress=False, steps=30, lr=1.0, lr_hold=0.0)
-    assert short.info["moving"] is None  # not measured, not "not moving"
-    assert math.isnan(short.info["drift"]) and short.info["drift_units"].startswith("not measured")
+    assert short.diagnostics.moving is None  # not measured, not "not moving"
+    assert math.isnan(short.info.drift) and short.info.drift_units.startswith("not measured")
 
 
 def test_a_point_fit_at_full_pace_far_from_its_mode_warns():
@@ -184,5 +184,5 @@ def test_a_point_fit_at_full_pace_far_from_its_mode_warns():
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="full pace .* still on its way"):
         result = pyro_bdl.fit(problem.model, problem.data(0), inference="map", progress=False, seed=0, steps=300,
                               lr=0.02, lr_hold=0.0)
-    assert result.info["moving"] is True and result.info["drift_pace"] >= DRIFT_FULL_PACE
-    assert result.info["drift_running"] < DRIFT_VISIBLE  # the move in its units would not have told
+    assert result.diagnostics.moving is True and result.info.drift_pace >= DRIFT_FULL_PACE
+    assert result.info.drift_running < DRIFT_VISIBLE  # the move in its units would not have told

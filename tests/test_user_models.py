@@ -46,7 +46,7 @@ def test_user_model_posterior_mean(method, settings):
     y = _data()
     result = pyro_bdl.fit(normal_mean_model, {"y": y}, inference=method, progress=False, **settings)
     mean, sd = _exact(y)
-    ess = result.info.get("min_ess_bulk") or result.info.get("importance_ess") or result.num_draws
+    ess = getattr(result.diagnostics, "min_ess_bulk", None) or getattr(result.info, "importance_ess", None) or result.num_draws
     assert abs(float(result.posterior_mean("mu")) - mean) < K * sd / math.sqrt(ess)
 
 

@@ -179,10 +179,10 @@ def digits_fit():
 def test_fit_reports_bound_and_estimate_and_predicts_per_row(digits_fit):
     fit = digits_fit
     assert fit.samples == {} and set(fit.params) >= {"vae.decoder$$$net.0.weight", "vae.encoder$$$net.0.weight"}
-    for key in ("train_elbo", "train_log_px", "train_gap", "validation_elbo", "epochs_run"):
-        assert key in fit.info, key
-    assert fit.info["train_log_px"] > fit.info["train_elbo"]
-    assert len(fit.info["elbo_history"]["validation"]) == fit.info["epochs_run"] == 5
+    assert {"train_elbo", "train_log_px", "train_gap"} <= set(fit.report)
+    assert fit.info.validation_elbo is not None and fit.info.epochs_run == 5
+    assert fit.report["train_log_px"] > fit.report["train_elbo"]
+    assert len(fit.info.elbo_history["validation"]) == fit.info.epochs_run == 5
     table = fit.predict(torch.rand(4, 64))
     assert list(table.columns[:3]) == ["log_px", "log_px_se", "elbo"] and len(table) == 4
     assert {"z_mean_0", "z_mean_1", "z_sd_0", "z_sd_1"} <= set(table.columns)
@@ -212,7 +212,7 @@ def test_save_and_load_give_the_same_log_px(digits_fit, tmp_path):
 def test_other_architectures_and_likelihoods_train(options):
     fit = pyro_bdl.fit("vae", pyro_bdl.load("digits-01"), inference="svi-amortised", options={**SMALL, **options},
                        epochs=2, is_samples=5, elbo="iwae", particles=2, progress=False)
-    assert math.isfinite(fit.info["train_log_px"]) and fit.record.options["data_dim"] == 64
+    assert math.isfinite(fit.report["train_log_px"]) and fit.record.options["data_dim"] == 64
 
 
 def test_pixels_outside_the_unit_interval_and_nan_are_refused():
@@ -339,8 +339,8 @@ def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, t
     resumed = pyro_bdl.fit("vae", data, checkpoint=ck, **kw)
     assert not ck.exists()
     assert np.array_equal(reference.losses, resumed.losses)
-    assert reference.info["elbo_history"] == resumed.info["elbo_history"]
-    assert reference.info["best_epoch"] == resumed.info["best_epoch"]
+    assert reference.info.elbo_history == resumed.info.elbo_history
+    assert reference.info.best_epoch == resumed.info.best_epoch
     assert all(torch.equal(reference.params[k], resumed.params[k]) for k in reference.params)
 
 

@@ -7,10 +7,37 @@ Adding a method is writing its module and adding it to :data:`METHOD_MODULES`.  
 method up, resolves the settings (:func:`pyro_bdl.registry.resolve`) and turns the
 :class:`~pyro_bdl.inference.base.Draws` into a :class:`~pyro_bdl.result.FitResult`.
 
-Support modules: :mod:`~pyro_bdl.inference.base` (what runners return, site bookkeeping), guides, the optimiser,
-the compiled ELBOs, local reparameterisation, the GGN, the importance-weighted marginal
-(:mod:`~pyro_bdl.inference.marginal`), the private parts of Pyro we read (:mod:`~pyro_bdl.inference.pyro_internals`);
-the sampler in :mod:`pyro_bdl.inference.mcmc`, the speed machinery in :mod:`pyro_bdl.inference.compile`.
+The method modules:
+
+* ``svi``: SVI (reparameterised and score-function), MAP and MLE, and the optimisation loop they share.
+* ``amortised``: ``svi-amortised``, minibatch SVI for a model with its own encoder guide.
+* ``dropout``: MC dropout and DropConnect; ``concrete_dropout``: MC dropout with the rate learned per layer.
+* ``ensemble``: deep ensembles, independently initialised MAP fits.
+* ``importance``: self-normalised importance sampling.
+* ``laplace``: the Laplace approximation, and the GGN Laplace of networks (``laplace-ggn``).
+* ``mcmc``: the zoo's sampler and the MCMC methods (``nuts``, ``hmc``, ``metropolis``).
+
+What they share:
+
+* ``method``: the method table, ``Method``, settings and their domains.
+* ``base``: what every runner returns (``Draws``), and site bookkeeping.
+* ``outputs``: typed records a method returns beside its draws, and the one way they are written to and read from
+  ``metrics.json``.
+* ``diagnose``: each method family's check of its own fit: the loss, chain and importance-weight reports.
+* ``drift``: is the answer still moving when an optimisation run ends.
+* ``mode_check``: does a point fit's density have a mode, or run to an edge of a support.
+* ``guides``: guides (variational families) and the prior-dropping handler of MLE.
+* ``optim``: the zoo's optimiser, ClippedAdam's update as one multi-tensor step.
+* ``callbacks``: what the optimisation loop calls around every step, one protocol (``StepCallback``).
+* ``compiled_elbo``: compiled ELBOs, one trace of model, guide and ELBO replayed at every step.
+* ``local_reparam``: the local reparameterisation trick for dense and convolutional layers.
+* ``ggn``: the generalised Gauss-Newton Laplace of a network's weights, and its linearised network.
+* ``marginal``: per-row importance weights: the ELBO, the importance-sampled marginal likelihood, IWAE.
+* ``enumeration``: discrete latent sites summed out by enumeration.
+* ``site_shapes``: batch dimensions outside every plate, as Pyro's NUTS accepts them.
+* ``pyro_internals``: every private part of Pyro we read, and nowhere else.
+* ``compile``: the speed machinery, knowing ``torch.fx`` and nothing of Pyro.
+* ``parallel``: where a fit runs: threads, device, the processes of a launch.
 
 Example
 -------

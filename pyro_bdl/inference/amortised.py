@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyro
@@ -41,8 +42,10 @@ import torch
 from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
 
 from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.callbacks import StepCallback
 from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.inference.svi import ADAM_SETTINGS, load_store_values, make_elbo, optimise, store_values
 from pyro_bdl.storage.checkpoint import kept_rng
 
@@ -103,13 +106,13 @@ def _rows(data: dict, index: torch.Tensor, n: int) -> dict:
     return {k: v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v for k, v in data.items()}
 
 
-class KLWarmup:
+class KLWarmup(StepCallback):
     """The KL warm-up factor ``anneal`` (a 0-dim tensor, an input of the compiled loss) set before every step:
     (t + 1) / ``steps`` at step t, 1 from step ``steps`` - 1 on.
 
     >>> w = KLWarmup(4); [w.at(t) for t in range(6)]
     [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    >>> w(1); float(w.factor)
+    >>> w.before_step(1); float(w.factor)
     0.5
     """
 
@@ -123,7 +126,7 @@ class KLWarmup:
     def at(self, step: int) -> float:
         return min(1.0, (step + 1) / self.steps)
 
-    def __call__(self, step: int) -> None:
+    def before_step(self, step: int) -> None:
         self.factor.fill_(self.at(step))
 
 
@@ -134,8 +137,8 @@ def _takes_anneal(model) -> bool:
         return False
 
 
-class EarlyStopping:
-    """The monitor :func:`~pyro_bdl.inference.svi.optimise` calls after every step: at each epoch's end it records
+class EarlyStopping(StepCallback):
+    """The callback :func:`~pyro_bdl.inference.svi.optimise` calls after every step: at each epoch's end it records
     the running training ELBO per row and the validation ELBO per row, keeps the best epoch's parameters and
     stops after ``patience`` epochs without improvement counted after the first ``warmup`` epochs (no validation
     rows: it only records)."""
@@ -147,7 +150,10 @@ class EarlyStopping:
         self.train, self.valid = [], []
         self.best, self.best_epoch, self.bad, self.best_params = -math.inf, 0, 0, None
 
-    def after_step(self, step: int, losses: list, bar) -> bool:
+    key = "monitor"
+    shows_progress = True
+
+    def after_step(self, step: int, losses: list, bar, rate: float) -> bool:
         if (step + 1) % self.steps_per_epoch:
             return False
         epoch = (step + 1) // self.steps_per_epoch
@@ -175,6 +181,33 @@ class EarlyStopping:
         self.best_params = state["best_params"] or None
 
 
+@dataclass
+class AmortisedInfo(MethodInfo):
+    """What ``svi-amortised`` returns beside its (empty) draws: the minibatch run's bookkeeping.
+
+    Attributes
+    ----------
+    training_rows, validation_rows : the rows trained on and held out for early stopping (0: none held out).
+    epochs, patience : the settings the run had (``patience`` None: no early stopping).
+    epochs_run : the epochs run (fewer than ``epochs`` when stopped early).
+    steps_per_epoch : minibatch steps per epoch.
+    elbo_history : ``{"train": [...], "validation": [...]}``, the ELBO per row after each epoch.
+    validation_elbo, best_epoch, stopped_early : with rows held out: the best validation ELBO per row, the epoch it
+        came at (whose parameters the fit keeps), and whether the run stopped before ``epochs``.
+    """
+
+    training_rows: int = 0
+    validation_rows: int = 0
+    epochs: int = 0
+    patience: int | None = None
+    epochs_run: int = 0
+    steps_per_epoch: int = 0
+    elbo_history: dict | None = None
+    validation_elbo: float | None = None
+    best_epoch: int | None = None
+    stopped_early: bool | None = None
+
+
 def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elbo, particles, epochs, batch_size, lr,
                       validation, patience, is_samples, kl_warmup=0, jit=False, **adam) -> Draws:
     if guide is None or isinstance(guide, str) or not callable(guide):
@@ -195,29 +228,27 @@ def run_svi_amortised(model, data, *, guide=None, progress, checkpoint=None, elb
     epochs, patience = budget(epochs, patience, steps_per_epoch)
     if not float(kl_warmup) >= 0:
         raise ValueError(f"setting 'kl_warmup' is a number of epochs >= 0; got {kl_warmup}")
-    schedule = None
+    callbacks = []
     if float(kl_warmup) > 0:
         if not _takes_anneal(model):
             raise ValueError("setting 'kl_warmup' needs a model that takes the warm-up factor as an argument 'anneal' "
                              "(scaling its latents' log p(z) and log q(z | x)), as the zoo's VAE does")
         schedule = KLWarmup(float(kl_warmup) * steps_per_epoch, like=first)
-        train = {**train, "anneal": schedule.factor}
+        train, callbacks = {**train, "anneal": schedule.factor}, [schedule]
     monitor = EarlyStopping(model, guide, _rows(data, valid_index, n) if held else None, steps_per_epoch, rows,
                             int(patience), loss, warmup=float(kl_warmup))
     losses = optimise(model, guide, loss, {**train, "batch_size": batch}, steps=int(epochs) * steps_per_epoch, lr=lr,
-                      progress=progress, desc="svi-amortised", checkpoint=checkpoint, monitor=monitor,
-                      schedule=schedule, **adam)
+                      progress=progress, desc="svi-amortised", checkpoint=checkpoint, callbacks=[*callbacks, monitor],
+                      **adam)
     if monitor.best_params is not None:
         load_store_values(monitor.best_params)
     store = pyro.get_param_store()
     params = {name: store[name].detach().clone() for name in store.keys()}
-    info = {"training_rows": rows, "validation_rows": held, "epochs": epochs, "patience": patience,
-            "epochs_run": len(monitor.train),
-            "steps_per_epoch": steps_per_epoch,
-            "elbo_history": {"train": monitor.train, "validation": monitor.valid}}
+    info = AmortisedInfo(rows, held, epochs, patience, len(monitor.train), steps_per_epoch,
+                         {"train": monitor.train, "validation": monitor.valid})
     if held:
-        info.update(validation_elbo=monitor.best, best_epoch=monitor.best_epoch,
-                    stopped_early=len(monitor.train) < int(epochs))
+        info.validation_elbo, info.best_epoch = monitor.best, monitor.best_epoch
+        info.stopped_early = len(monitor.train) < int(epochs)
     return Draws({}, losses=losses, guide=guide, info=info, params=params)
 
 
@@ -234,7 +265,7 @@ def _register() -> None:
         "svi-amortised", "svi", "minibatch SVI of a model with its own amortised guide (an encoder): ELBO (trace), "
         "IWAE, enum or tracegraph; validation early stopping", run_svi_amortised, defaults,
         requires=frozenset({"amortised"}), takes_guide=True, quick={"epochs": 2, "is_samples": 10}, processes="data",
-        answers_for="svi"))
+        answers_for="svi", outputs=AmortisedInfo))
 
 
 _register()

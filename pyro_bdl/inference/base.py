@@ -58,7 +58,9 @@ class Draws:
         importance: log_weight), each an array of shape (chains, draws).
     losses : SVI loss trace, shape (steps,), or None.
     guide : the fitted guide, for SVI-type methods.
-    info : scalars for metrics.json (e.g. acceptance rate, ESS of importance weights).
+    info : what the method returns beside the draws, its typed record (the method's
+        :attr:`~pyro_bdl.inference.method.Method.outputs`: acceptance rate, importance ESS, the drift record, ...),
+        or None.
     params : tensors to keep with the fit besides the draws, saved and restored with the model's own parameters
         (``params.pt``): what the method's predictive needs (its ``Method.predictive_model``), or learned
         parameters besides the model's (an amortised guide's encoder), name -> value.
@@ -68,7 +70,7 @@ class Draws:
     sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
     losses: np.ndarray | None = None
     guide: Any = None
-    info: dict = field(default_factory=dict)
+    info: Any = None
     params: dict = field(default_factory=dict)
 
 

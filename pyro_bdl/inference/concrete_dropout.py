@@ -25,7 +25,7 @@ zero); under :math:`\mathcal N(0, s^2)` it is Gal's weight decay :math:`(1 - p)\
 a constant.  The entropy is the dropout part of Gal's KL approximation: it pulls :math:`p` towards 1/2, the
 likelihood pulls it down where dropped units cost fit, so with more data (a likelihood summed over more points)
 the learned rate falls (the paper's Fig. 2).  After training the draws are Bernoulli-dropped networks at the
-learned rates (one mask per draw), and ``info["dropout_p"]`` reports them by layer, e.g.
+learned rates (one mask per draw), and ``info.dropout_p`` reports them by layer, e.g.
 ``{"layer1": 0.07, "layer2": 0.21}``.
 
 Example
@@ -33,7 +33,7 @@ Example
 >>> import pyro_bdl
 >>> fit = pyro_bdl.fit("bnn-regressor", "sine", inference="concrete-dropout", options={"hidden": (8,)}, steps=30,
 ...                    samples=5, progress=False, seed=0)
->>> sorted(fit.info["dropout_p"]), 0 < fit.info["dropout_p"]["layer1"] < 1
+>>> sorted(fit.info.dropout_p), 0 < fit.info.dropout_p["layer1"] < 1
 (['layer1'], True)
 """
 
@@ -45,7 +45,7 @@ from pyro import poutine
 from torch.distributions import constraints
 
 from pyro_bdl.inference.base import Draws
-from pyro_bdl.inference.dropout import DropoutMessenger, check_mask, fit_dropout, resolve_dropout_sites
+from pyro_bdl.inference.dropout import DropoutInfo, DropoutMessenger, check_mask, fit_dropout, resolve_dropout_sites
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.svi import ADAM_SETTINGS
 
@@ -109,7 +109,7 @@ def run_concrete_dropout(model, data: dict, *, p: float, temperature: float, mas
                          **settings) -> Draws:
     """Train with concrete dropout masks and a learned rate per layer; draws as MC dropout's at the learned rates.
 
-    ``info["dropout_p"]``: the learned rate by layer (``{"layer1": 0.07, ...}``); ``tau`` as MC dropout's.
+    ``info.dropout_p``: the learned rate by layer (``{"layer1": 0.07, ...}``); ``tau`` as MC dropout's.
     """
     if not float(temperature) > 0:
         raise ValueError(f"concrete dropout's temperature must be > 0, got {temperature}")
@@ -126,7 +126,7 @@ def run_concrete_dropout(model, data: dict, *, p: float, temperature: float, mas
 
     out = fit_dropout(model, data, train_model, rates.learned, dropout_sites=dropout_sites, mask=mask,
                       desc="concrete-dropout", **settings)
-    out.info["dropout_p"] = {name.removesuffix(".weight"): p for name, p in out.info["dropout_p"].items()}
+    out.info.dropout_p = {name.removesuffix(".weight"): p for name, p in out.info.dropout_p.items()}
     return out
 
 
@@ -137,7 +137,7 @@ def _register() -> None:
         {"p": 0.1, "temperature": TEMPERATURE, "mask": "unit", "steps": 3000, "lr": 0.01, "samples": 200,
          "batch_size": None, "jit": False, **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20},
-        processes="data"))
+        processes="data", outputs=DropoutInfo))
 
 
 _register()

@@ -29,7 +29,7 @@ steps, and the changes of the loss, small.  The check compares where the fit was
   Both units are those of the fit as it ended: a fit far from its optimum has wide ones (its misfit shows as
   noise), which is why a running entry needs only a visible move.
 
-:func:`pyro_bdl.posterior.diagnostics.svi_report` warns (measurements: ``benchmarks/RESULTS.md``, "SVI defaults on
+:func:`pyro_bdl.inference.diagnose.svi_report` warns (measurements: ``benchmarks/RESULTS.md``, "SVI defaults on
 user models (issue 35)").
 
 Example
@@ -50,13 +50,14 @@ Example
 ...     _ = svi.step(y)
 ...     tracker.update(step, 0.005)
 >>> record = drift_record(tracker, model, guide, {"y": y}, point=False)
->>> record["drift_at"], record["drift"] > 1.0   # 300 steps at 0.005 from 0 towards 9: still on its way
+>>> record.drift_at, record.drift > 1.0   # 300 steps at 0.005 from 0 towards 9: still on its way
 ('mu', True)
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pyro
 import torch
@@ -64,9 +65,11 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to
 
+from pyro_bdl.inference.callbacks import StepCallback
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.storage.checkpoint import kept_rng
 
-__all__ = ["DriftTracker", "drift_record", "still_moving", "t_threshold", "EARLY", "LATE", "BATCHES", "DRAWS",
+__all__ = ["DriftRecord", "DriftTracker", "drift_record", "still_moving", "t_threshold", "EARLY", "LATE", "BATCHES", "DRAWS",
            "HESSIAN_MAX", "DRIFT_MIN", "DRIFT_PACE", "DRIFT_VISIBLE", "DRIFT_FULL_PACE", "FALSE_ALARM"]
 
 #: The early window, as fractions of the run's steps: late enough that a converged fit is there already, early enough
@@ -101,6 +104,45 @@ DRIFT_MIN = 0.3
 FALSE_ALARM = 0.01
 
 
+@dataclass
+class DriftRecord(MethodInfo):
+    """What the drift check measured at the end of an optimisation run: what ``svi``, ``svi-meanfield``, ``bbvi``,
+    ``map`` and ``mle`` return beside their draws (``Draws.info``).  NaN (None for a name) where not measured.
+
+    Attributes
+    ----------
+    drift_window : the two windows compared, e.g. ``"steps 1401-1600 against 1801-2000"``.
+    drift_units : the units of the moves (``"guide sds"``, ``"Laplace sds"``, or why nothing was measured).
+    drift, drift_at : the largest move of the answer between the windows, in its own sds, and the scalar that moved
+        most (e.g. ``"b[1]"``).
+    drift_sd, drift_sd_at : a guide with scales: the largest ``|log sd ratio|`` between the windows, and where.
+    drift_running, drift_running_at, drift_running_kind : the largest move the running entries (at ``DRIFT_PACE``
+        of the reach or more) make, where, and of what (``"drift"``: a mean, ``"drift_sd"``: an sd).
+    drift_travelling, drift_travelling_at, drift_travelling_kind : the same for the drifting entries (running, or
+        moved beyond their jitter).
+    drift_pace, drift_pace_at : the largest pace of an optimised parameter entry (its move over the reach), and
+        which (:meth:`DriftTracker.moves`).
+    drift_t, drift_t_at : the largest *t* (move over standard error) of an entry, and which.
+    """
+
+    drift_window: str | None = None
+    drift_units: str | None = None
+    drift: float = math.nan
+    drift_at: str | None = None
+    drift_sd: float = math.nan
+    drift_sd_at: str | None = None
+    drift_running: float = math.nan
+    drift_running_at: str | None = None
+    drift_running_kind: str | None = None
+    drift_travelling: float = math.nan
+    drift_travelling_at: str | None = None
+    drift_travelling_kind: str | None = None
+    drift_pace: float = math.nan
+    drift_pace_at: str | None = None
+    drift_t: float = math.nan
+    drift_t_at: str | None = None
+
+
 def t_threshold(entries: int, batches: int = BATCHES) -> float:
     """The *t* beyond which an entry's move counts as travel: Student's t with the degrees of freedom of two windows
     of ``batches`` batches, at the two-sided ``FALSE_ALARM / entries`` level (Bonferroni over the entries).
@@ -113,16 +155,15 @@ def t_threshold(entries: int, batches: int = BATCHES) -> float:
     return float(student.ppf(1.0 - FALSE_ALARM / (2 * max(int(entries), 1)), df=2 * (batches - 1)))
 
 
-def still_moving(record) -> bool:
+def still_moving(record: DriftRecord) -> bool:
     """Whether a :func:`drift_record` says the answer was still on its way when the run ended (False where it was
     not measured): its running entries moved it visibly, or its drifting ones materially, or an entry went at the
     optimiser's full pace (``DRIFT_FULL_PACE``).
 
-    >>> still_moving({"drift_running": 0.08, "drift_travelling": 0.08}), still_moving({"drift_travelling": 0.2})
+    >>> still_moving(DriftRecord(drift_running=0.08, drift_travelling=0.08)), still_moving(DriftRecord(drift_travelling=0.2))
     (True, False)
     """
-    running, drifting = record.get("drift_running", math.nan), record.get("drift_travelling", math.nan)
-    pace = record.get("drift_pace", math.nan)
+    running, drifting, pace = record.drift_running, record.drift_travelling, record.drift_pace
     return bool(math.isfinite(running) and running >= DRIFT_VISIBLE or math.isfinite(drifting) and drifting >= DRIFT_MIN
                 or math.isfinite(pace) and pace >= DRIFT_FULL_PACE)
 
@@ -131,10 +172,10 @@ def _window(fraction: tuple[float, float], steps: int) -> tuple[int, int]:
     return int(round(fraction[0] * steps)), int(round(fraction[1] * steps))
 
 
-class DriftTracker:
+class DriftTracker(StepCallback):
     """The running means of the param store's unconstrained parameters over the ``BATCHES`` batches of an early and
-    a late window of a run of ``steps`` steps; :func:`pyro_bdl.inference.svi.optimise` calls :meth:`update` after
-    every step.
+    a late window of a run of ``steps`` steps: a :class:`~pyro_bdl.inference.callbacks.StepCallback` of
+    :func:`pyro_bdl.inference.svi.optimise`, which :meth:`update` s it after every step (its state checkpointed).
 
     ``windows``: ``{"early": (first, end), "late": (first, end)}``, step indices (end excluded).
     """
@@ -152,6 +193,12 @@ class DriftTracker:
         #: parameter between the two means (a step moves each by about the rate, at most, when its gradient keeps
         #: its sign)
         self.reach = 0.0
+
+    key = "drift"
+
+    def after_step(self, step: int, losses: list, bar, rate: float) -> bool:
+        self.update(step, rate)
+        return False
 
     def update(self, step: int, rate: float = math.nan) -> None:
         """Add the parameters after step ``step`` (0-based), taken at learning rate ``rate``, to the batch of the
@@ -362,8 +409,7 @@ def _curvature(loss, model, guide, data: dict) -> dict | None:
 def _point_drift(tracker: DriftTracker, model, guide, loss, data: dict, sites) -> dict:
     curvature = _curvature(loss, model, guide, data)
     if curvature is None:
-        return {"drift": math.nan, "drift_at": None, "drift_running": math.nan, "drift_travelling": math.nan,
-                "drift_units": f"not measured (over {HESSIAN_MAX} parameters)"}
+        return {"drift_units": f"not measured (over {HESSIAN_MAX} parameters)"}
     moves = {n: m for n, m in tracker.moves().items() if n in curvature}
     masks = _masks(moves, tracker.batches)
     # AutoDelta names its parameters "AutoDelta.<site>": label the site where there is one
@@ -379,7 +425,7 @@ def _point_drift(tracker: DriftTracker, model, guide, loss, data: dict, sites) -
 
 
 def drift_record(tracker: DriftTracker, model, guide, data: dict, *, point: bool, loss=None,
-                 draws: int = DRAWS) -> dict:
+                 draws: int = DRAWS) -> DriftRecord:
     """What the check measured, for ``Draws.info``: ``drift`` (the largest move of the answer between the windows, in
     its own sds; NaN where not measured), ``drift_at`` (the scalar that moved most, e.g. ``"b[1]"``), for a guide with
     scales ``drift_sd`` and ``drift_sd_at`` (the largest ``|log sd ratio|``); ``drift_running``,
@@ -390,13 +436,12 @@ def drift_record(tracker: DriftTracker, model, guide, data: dict, *, point: bool
     curvature).  The fit's parameters and random streams are as they were after."""
     record = {"drift_window": tracker.describe()}
     if not tracker.measurable():
-        return {**record, "drift": math.nan, "drift_at": None, "drift_running": math.nan, "drift_travelling": math.nan,
-                "drift_units": "not measured (run too short or stopped)"}
+        return DriftRecord(**record, drift_units="not measured (run too short or stopped)")
     moves = tracker.moves()
     record["drift_pace"], record["drift_pace_at"] = _largest({n: pace for n, (_, _, pace) in moves.items()})
     record["drift_t"], record["drift_t_at"] = _largest({n: t for n, (_, t, _) in moves.items()})
     with kept_rng():
         if point:
             sites = list(_supports(model, data))
-            return {**record, **_point_drift(tracker, model, guide, loss, data, sites)}
-        return {**record, **_guide_drift(tracker, model, guide, data, draws)}
+            return DriftRecord(**record, **_point_drift(tracker, model, guide, loss, data, sites))
+        return DriftRecord(**record, **_guide_drift(tracker, model, guide, data, draws))

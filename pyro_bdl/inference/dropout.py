@@ -50,6 +50,7 @@ Example
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 import pyro
@@ -63,6 +64,7 @@ from pyro.poutine.util import site_is_subsample
 
 from pyro_bdl.inference.base import Draws, latent_sites
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, make_elbo, optimise
 
 __all__ = ["DropoutGuide", "DropoutMessenger", "run_mc_dropout", "fit_dropout", "resolve_dropout_sites", "MASKS",
@@ -205,6 +207,22 @@ def resolve_dropout_sites(model, data: dict, dropout_sites=None):
     return hidden.__contains__
 
 
+@dataclass
+class DropoutInfo(MethodInfo):
+    """What ``mc-dropout`` and ``concrete-dropout`` return beside their draws.
+
+    Attributes
+    ----------
+    dropout_p : the dropout rate: one number (``mc-dropout``), or the learned rate by layer (``concrete-dropout``:
+        ``{"layer1": 0.07, ...}``).
+    tau : for a model with a noise site ``sigma``, the model precision ``tau = 1 / sigma^2`` (standardised units);
+        else None.
+    """
+
+    dropout_p: float | dict | None = None
+    tau: float | None = None
+
+
 def fit_dropout(model, data: dict, train_model, rates, *, dropout_sites, mask: str, steps: int, lr: float,
                 samples: int, progress: bool, desc: str, init_loc_fn=None, batch_size=None, checkpoint=None,
                 jit=False, **adam) -> Draws:
@@ -221,9 +239,9 @@ def fit_dropout(model, data: dict, train_model, rates, *, dropout_sites, mask: s
     guide = DropoutGuide(model, p, dropout_sites, init_loc_fn, prefix=point.prefix, mask=mask)
     guide._sites = point._sites
     out = Draws(guide_draws(guide, data, latent_sites(model, data), samples), losses=losses, guide=guide,
-                info={"dropout_p": p})
+                info=DropoutInfo(p))
     if "sigma" in out.samples:
-        out.info["tau"] = float(1.0 / out.samples["sigma"][0, 0] ** 2)  # model precision tau = 1 / sigma^2
+        out.info.tau = float(1.0 / out.samples["sigma"][0, 0] ** 2)  # model precision tau = 1 / sigma^2
     return out
 
 
@@ -244,7 +262,7 @@ def _register() -> None:
         {"p": 0.05, "mask": "unit", "steps": 3000, "lr": 0.01, "samples": 200, "batch_size": None, "jit": False,
          **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "samples": 20},
-        processes="data"))
+        processes="data", outputs=DropoutInfo))
 
 
 _register()

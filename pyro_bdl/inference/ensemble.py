@@ -11,12 +11,23 @@ import pyro
 import torch
 from pyro.infer.autoguide import init_to_sample
 
+from dataclasses import dataclass
+
 from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.svi import ADAM_SETTINGS, run_map
 from pyro_bdl.inference.parallel.processes import ProcessGroup, current_group, gather_rows, my_share
 
 __all__ = ["run_ensemble"]
+
+
+@dataclass
+class EnsembleInfo(MethodInfo):
+    """What ``ensemble`` returns beside its draws: ``members``, the number of independently initialised MAP fits
+    (each one draw, as a chain of its own)."""
+
+    members: int = 0
 
 
 def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, progress: bool, init_loc_fn=None,
@@ -56,7 +67,7 @@ def run_ensemble(model, data: dict, *, members: int, steps: int, lr: float, prog
                                for m in done]) if done else torch.zeros(0, 0),
     }, group)
     losses = gathered.pop("losses").cpu().numpy()
-    return Draws(gathered, losses=losses, info={"members": members})
+    return Draws(gathered, losses=losses, info=EnsembleInfo(members))
 
 
 def _register() -> None:
@@ -64,7 +75,7 @@ def _register() -> None:
         "ensemble", "ensemble", "deep ensemble: independently initialised MAP fits, one chain each", run_ensemble,
         {"members": 5, "steps": 2000, "lr": 0.01, "batch_size": None, **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, quick={"steps": 100, "members": 2},
-        processes="split"))
+        processes="split", outputs=EnsembleInfo))
 
 
 _register()

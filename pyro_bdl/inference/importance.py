@@ -19,7 +19,10 @@ posterior is an ordinary unweighted sample); the log weights are kept in ``sampl
 
 from __future__ import annotations
 
+import math
 import warnings
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pyro.distributions as dist
@@ -28,6 +31,8 @@ from pyro import poutine
 from pyro.infer.mcmc.util import initialize_model
 
 from pyro_bdl.inference.base import ConvergenceWarning, Draws, latent_sites, observed_sites
+from pyro_bdl.inference.diagnose import JudgeWeights
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.inference.method import Method, register_method
 
 #: Degrees of freedom of the Student-t proposal: heavier tails than the Gaussian it approximates.
@@ -110,6 +115,29 @@ def _laplace_proposal(model, data, num):
     return {n: torch.stack(v) for n, v in values.items()}, log_p - log_q
 
 
+@dataclass
+class ImportanceInfo(MethodInfo):
+    """What ``importance`` returns beside its draws.
+
+    Attributes
+    ----------
+    importance_ess : the effective sample size of the normalised weights, ``1 / sum(w^2)``.
+    importance_draws : the number of draws from the proposal.
+    proposal : ``"laplace"`` or ``"prior"``.
+    log_evidence : the log of the mean unnormalised weight, an estimate of ``log p(y)``.
+    """
+
+    EVIDENCE: ClassVar[str] = ("importance sampling: the mean of the unnormalised weights p(y, theta) / q(theta) "
+                               "(unbiased for p(y); its log's Monte Carlo sd about sqrt(1 / ESS - 1 / samples))")
+    importance_ess: float = math.nan
+    importance_draws: int = 0
+    proposal: str | None = None
+    log_evidence: float = math.nan
+
+    def evidence_estimate(self) -> float:
+        return self.log_evidence
+
+
 def run_importance(model, data: dict, *, samples: int, proposal: str, progress: bool) -> Draws:
     if proposal == "prior":
         values, log_w = _prior_proposal(model, data, samples)
@@ -122,8 +150,7 @@ def run_importance(model, data: dict, *, samples: int, proposal: str, progress: 
     draws = {n: v[idx].unsqueeze(0) for n, v in values.items()}
     ess = effective_sample_size(log_w)
     stats = {"log_weight": log_w[idx].unsqueeze(0).cpu().numpy()}
-    info = {"importance_ess": ess, "importance_draws": samples, "proposal": proposal,
-            "log_evidence": float(torch.logsumexp(log_w.double(), 0) - np.log(samples))}
+    info = ImportanceInfo(float(ess), samples, proposal, float(torch.logsumexp(log_w.double(), 0) - np.log(samples)))
     return Draws(draws, sample_stats=stats, info=info)
 
 
@@ -131,9 +158,7 @@ def _register() -> None:
     register_method(Method(
         "importance", "importance", "self-normalised importance sampling (proposal: laplace | prior), reports weight ESS",
         run_importance, {"samples": 4000, "proposal": "laplace"}, requires=frozenset({"continuous", "low-dimensional"}),
-        resumable=False, quick={"samples": 200},
-        evidence="importance sampling: the mean of the unnormalised weights p(y, theta) / q(theta) (unbiased for "
-                 "p(y); its log's Monte Carlo sd about sqrt(1 / ESS - 1 / samples))"))
+        resumable=False, quick={"samples": 200}, outputs=ImportanceInfo, diagnose=JudgeWeights()))
 
 
 _register()

@@ -12,7 +12,7 @@ where :math:`\log p(y, u)` includes the log Jacobian of the transform.  For a Ga
 with known noise) :math:`q` is exact; for the coin it is a Gaussian in :math:`\operatorname{logit}\pi`,
 whose mode is :math:`\log(a / b)` and precision :math:`ab / (a + b)` for the posterior
 :math:`\mathrm{Beta}(a, b)`.  The same Gaussian integral gives the Laplace estimate of the log evidence, recorded
-as ``info["log_evidence"]`` (:func:`pyro_bdl.workflows.evidence.evidence` reads it),
+as ``info.log_evidence`` (:func:`pyro_bdl.workflows.evidence.evidence` reads it),
 
 .. math::
 
@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pyro
 import torch
@@ -73,10 +74,65 @@ from pyro_bdl.inference.ggn import (
     model_prior,
 )
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.outputs import MethodInfo
 from pyro_bdl.inference.svi import ADAM_SETTINGS, guide_draws, optimise, run_map
 
-__all__ = ["run_laplace", "run_laplace_ggn", "GaussianWeights", "linearised_predictive", "validation_precision",
+__all__ = ["LaplaceInfo", "GGNLaplaceInfo", "run_laplace", "run_laplace_ggn", "GaussianWeights", "linearised_predictive", "validation_precision",
            "LINEARISED_AT", "VALIDATION_GRID"]
+
+
+@dataclass
+class LaplaceInfo(MethodInfo):
+    """What ``laplace`` returns beside its draws.
+
+    Attributes
+    ----------
+    laplace_dimension : the number of unconstrained coordinates of the Gaussian.
+    log_evidence : the Laplace estimate of ``log p(y)`` at the mode found (:func:`laplace_log_evidence`).
+    """
+
+    EVIDENCE: ClassVar[str] = ("the Laplace approximation at the mode found (unconstrained coordinates): exact for a "
+                               "Gaussian posterior, to the optimiser's precision")
+    laplace_dimension: int | None = None
+    log_evidence: float = math.nan
+
+    def evidence_estimate(self) -> float:
+        return self.log_evidence
+
+
+@dataclass
+class GGNLaplaceInfo(MethodInfo):
+    """What ``laplace-ggn`` returns beside its draws.
+
+    Attributes
+    ----------
+    laplace_dimension : P, the number of weights of ``subset`` the Gaussian covers.
+    laplace_prior_precision : the scalar prior precision used, or ``"model"`` (the model's own prior).
+    laplace_prior_choice : how it was chosen: ``"marglik"``, ``"validation"``, ``"model"`` or ``"number"``.
+    laplace_validation_rows, laplace_validation_folds, laplace_validation_nll : ``validation`` only: the rows held
+        out over all folds, the folds, and the chosen precision's held-out negative log predictive density per row.
+    laplace_log_marginal_likelihood : the GGN Laplace log marginal likelihood (the sum over the data, noise
+        included), also :attr:`log_evidence`.
+    laplace_effective_parameters : P - sum(precision * diag(covariance)), MacKay's effective number of parameters.
+    """
+
+    EVIDENCE: ClassVar[str] = ("the GGN Laplace marginal likelihood of the weights of `subset` (MacKay's evidence of "
+                               "the network linearised at the MAP), the noise and any other layer held at their MAP "
+                               "values, under the prior precision in the fit's info.laplace_prior_precision (marglik, "
+                               "regression's default: the one that maximises it; a classifier's default: the one "
+                               "chosen on held-out rows)")
+    laplace_dimension: int | None = None
+    laplace_prior_precision: float | str | None = None
+    laplace_prior_choice: str | None = None
+    laplace_validation_rows: int | None = None
+    laplace_validation_folds: int | None = None
+    laplace_validation_nll: float | None = None
+    laplace_log_marginal_likelihood: float = math.nan
+    log_evidence: float = math.nan
+    laplace_effective_parameters: float = math.nan
+
+    def evidence_estimate(self) -> float:
+        return self.log_evidence
 
 
 def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progress: bool, checkpoint=None,
@@ -93,7 +149,7 @@ def run_laplace(model, data: dict, *, steps: int, lr: float, samples: int, progr
                          "(the optimisation has not reached a mode, or the posterior has none): run more steps "
                          "(--steps) or use another method") from None
     draws = guide_draws(gaussian, data, latent_sites(model, data), samples)
-    info = {"laplace_dimension": int(gaussian.loc.numel()), "log_evidence": laplace_log_evidence(guide, gaussian, data)}
+    info = LaplaceInfo(int(gaussian.loc.numel()), laplace_log_evidence(guide, gaussian, data))
     return Draws(draws, losses=losses, guide=gaussian, info=info)
 
 
@@ -222,11 +278,11 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
              for name, value in point.items()}
     covariance = posterior.covariance
     log_z = log_marginal_likelihood(curvature, theta, prior_mean, precision)  # the sum over the data, noise included
-    info = {"laplace_dimension": P,
-            "laplace_prior_precision": float(precision[0]) if choice != "model" else "model",
-            "laplace_prior_choice": choice if isinstance(choice, str) else "number", **chosen,
-            "laplace_log_marginal_likelihood": log_z, "log_evidence": log_z,
-            "laplace_effective_parameters": float(P - (precision * covariance.diagonal()).sum())}
+    info = GGNLaplaceInfo(laplace_dimension=P,
+                          laplace_prior_precision=float(precision[0]) if choice != "model" else "model",
+                          laplace_prior_choice=choice if isinstance(choice, str) else "number", **chosen,
+                          laplace_log_marginal_likelihood=log_z, log_evidence=log_z,
+                          laplace_effective_parameters=float(P - (precision * covariance.diagonal()).sum()))
     params = {LINEARISED_AT + s: point[s] for s in layer_sites(layers)} if predictive == "glm" else {}
     return Draws(draws, losses=mode.losses, guide=posterior, info=info, params=params)
 
@@ -360,8 +416,7 @@ def _register() -> None:
         "(unconstrained coordinates; AutoLaplaceApproximation)", run_laplace,
         {"steps": 2000, "lr": 0.02, "samples": 1000, **ADAM_SETTINGS},
         requires=frozenset({"continuous", "low-dimensional"}), takes_init=True, quick={"steps": 500, "samples": 50},
-        evidence="the Laplace approximation at the mode found (unconstrained coordinates): exact for a Gaussian "
-                 "posterior, to the optimiser's precision"))
+        outputs=LaplaceInfo))
     register_method(Method(
         "laplace-ggn", "svi", "networks: the MAP, then the GGN Laplace (full or last-layer; prior precision chosen by "
         "5-fold cross-validation for a classifier, by the marginal likelihood for regression) with the linearised "
@@ -370,11 +425,7 @@ def _register() -> None:
         {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "auto", "validation": 0.2,
          "folds": 5, "predictive": "glm", **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
-        quick={"steps": 100, "samples": 20},
-        evidence="the GGN Laplace marginal likelihood of the weights of `subset` (MacKay's evidence of the network "
-                 "linearised at the MAP), the noise and any other layer held at their MAP values, under the prior "
-                 "precision in info['laplace_prior_precision'] (marglik, regression's default: the one that "
-                 "maximises it; a classifier's default: the one chosen on held-out rows)"))
+        quick={"steps": 100, "samples": 20}, outputs=GGNLaplaceInfo))
 
 
 _register()

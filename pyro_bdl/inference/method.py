@@ -25,12 +25,50 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Mapping
 
 from pyro_bdl.inference.base import Draws, RunContext, as_flag
+from pyro_bdl.inference.diagnose import JudgeLosses
+from pyro_bdl.inference.outputs import MethodInfo
 
-__all__ = ["Method", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "method_for", "Domain", "SETTING_DOMAINS",
+__all__ = ["Method", "Family", "Sharing", "METHODS", "DEFAULT_METHOD", "register_method", "get_method", "method_for", "Domain", "SETTING_DOMAINS",
            "processes_methods", "PYRO_NAMES", "pyro_names_as_ours"]
+
+
+class Family(str, Enum):
+    """What a method's output is: a loss trace (``svi``), one point (``point``), chains (``mcmc``), weighted draws
+    (``importance``) or independent members as chains (``ensemble``)."""
+
+    SVI = "svi"
+    POINT = "point"
+    MCMC = "mcmc"
+    IMPORTANCE = "importance"
+    ENSEMBLE = "ensemble"
+
+    @property
+    def learns_params(self) -> bool:
+        """The optimisation-based families, whose loop steps every ``pyro.param`` the loss touches."""
+        return self in (Family.SVI, Family.POINT, Family.ENSEMBLE)
+
+    @property
+    def correlated_draws(self) -> bool:
+        """Draws that are autocorrelated chains (their ESS, not their number, is what they are worth)."""
+        return self is Family.MCMC
+
+    @property
+    def independent_draws(self) -> bool:
+        """Independent draws from a fitted approximation, as many as its ``samples`` setting asks."""
+        return self is Family.SVI
+
+
+class Sharing(str, Enum):
+    """How a method shares its work among the processes of a ``torchrun`` launch (:mod:`pyro_bdl.inference.parallel`):
+    ``data`` (each process steps on its shard of every minibatch, the gradients summed) or ``split`` (each process
+    runs its block of independent items: ensemble members, MCMC chains, gathered after)."""
+
+    DATA = "data"
+    SPLIT = "split"
 
 
 @dataclass(frozen=True)
@@ -39,8 +77,8 @@ class Method:
 
     Attributes
     ----------
-    family : how its output is diagnosed: ``"svi"`` (a loss trace), ``"point"``, ``"mcmc"`` (chains),
-        ``"importance"`` (weights) or ``"ensemble"`` (members as chains).
+    family : what its output is, a :class:`Family` (given as its name, e.g. ``"mcmc"``): ``point`` returns one point
+        (one draw), not a posterior sample.
     requires : the traits a model must declare for the method to suit it (``continuous``: every latent
         site continuous; ``low-dimensional``: few enough parameters for random-walk, score-function or
         importance-sampling methods; ``network``: weights in :func:`pyro_bdl.nn.layers.dense` layers).
@@ -53,7 +91,6 @@ class Method:
         ``nuts`` and ``hmc`` (the marginal potential) and ``svi`` (``TraceEnum_ELBO``).
     takes_guide : accepts a guide (SVI methods).
     takes_init : starts from a point the model may choose (its ``init_loc_fn``).
-    point_estimate : returns one point (one draw), not a posterior sample.
     resumable : accepts ``checkpoint=...`` (all but importance sampling, which has no long loop).
     quick : settings for a smoke run (seconds on a small model): what the tests and examples use to check
         that the method runs end to end, not that it is accurate.
@@ -62,25 +99,23 @@ class Method:
         standardised and declare their own (:attr:`~pyro_bdl.registry.InferenceChoices.method_defaults`).
     user_init : where optimisation starts on a user's own program (a Pyro ``init_loc_fn``, as a zoo model's
         :attr:`~pyro_bdl.registry.InferenceChoices.init_loc_fn`); None: the guide's own default.
-    processes : how the method shares its work among the processes of a ``torchrun`` launch
-        (:mod:`pyro_bdl.inference.parallel`): ``"data"`` (each process steps on its shard of every minibatch, the
-        gradients summed), ``"split"`` (each process runs its block of independent items: ensemble members, MCMC
-        chains, gathered after), or None (it runs on one process).
+    processes : how the method shares its work among the processes of a ``torchrun`` launch, a :class:`Sharing`
+        (given as its name, ``"data"`` or ``"split"``), or None (it runs on one process).
     answers_for : the name of a method this one runs in place of, for a model that this one suits and that one does
         not (``svi-amortised`` answers for ``svi``: SVI of a model with its own amortised guide is the minibatch
         loop); :func:`method_for` looks it up.
-    objective : for a point estimate, ``model -> model`` whose log density it maximises (``mle``: the priors
-        dropped); None: the model's own joint density.  The check for a density with no mode reads it.
     predictive_model : ``(model, params) -> model``, for a method whose draws predict through another function
         than the model itself (``laplace-ggn``: the network linearised at the MAP); ``params`` are the fit's
         saved parameters, where the runner keeps what that function needs (``Draws.params``).  None: the model.
-    evidence : for a method that estimates the log evidence ``log p(y)`` of the data it is given (natural
-        log, in the units the model works in) and records it as ``info["log_evidence"]``: what kind of estimate
-        it is, in words (read by :func:`pyro_bdl.workflows.evidence.evidence`).  None: it records none.
+    outputs : the type of what its runner returns beside the draws (``Draws.info``), a
+        :class:`~pyro_bdl.inference.outputs.MethodInfo` with documented fields; ``load_fit`` rebuilds it from
+        ``metrics.json``.  Its ``EVIDENCE`` says whether (and how) the method estimates the log evidence.
+    diagnose : ``fit -> report``, the method's check of its own fit (warnings name what is wrong), from
+        :mod:`pyro_bdl.inference.diagnose`; its ``report`` attribute is the report's type.
     """
 
     name: str
-    family: str
+    family: Family
     summary: str
     run: Callable[..., Draws]
     defaults: Mapping[str, Any]
@@ -88,27 +123,34 @@ class Method:
     refuses: frozenset = frozenset({"improper-prior", "enumerated"})
     takes_guide: bool = False
     takes_init: bool = False
-    point_estimate: bool = False
     resumable: bool = True
     quick: Mapping[str, Any] = field(default_factory=dict)
-    processes: str | None = None
+    processes: Sharing | None = None
     predictive_model: Callable | None = None
-    objective: Callable | None = None
     answers_for: str | None = None
     user_defaults: Mapping[str, Any] = field(default_factory=dict)
     user_init: Callable | None = None
-    evidence: str | None = None
+    outputs: type[MethodInfo] = MethodInfo
+    diagnose: Callable = JudgeLosses()
 
     def __post_init__(self):
         unknown = sorted(set(self.user_defaults) - set(self.defaults))
         if unknown:
             raise ValueError(f"method '{self.name}': user_defaults names settings it does not have: {', '.join(unknown)}")
+        object.__setattr__(self, "family", Family(self.family))
+        if self.processes is not None:
+            object.__setattr__(self, "processes", Sharing(self.processes))
+
+    @property
+    def point_estimate(self) -> bool:
+        """Whether the method returns one point (one draw), not a posterior sample."""
+        return self.family is Family.POINT
 
     @property
     def learns_params(self) -> bool:
         """Whether the method optimises the model's ``pyro.param`` sites (the optimisation-based families, whose loop
         steps every parameter the loss touches); the samplers and importance sampling hold them at their values."""
-        return self.family in ("svi", "point", "ensemble")
+        return self.family.learns_params
 
     def execute(self, context: RunContext, settings: Mapping[str, Any]) -> Draws:
         """Run on a :class:`~pyro_bdl.inference.base.RunContext` with resolved ``settings``: the one call every

@@ -49,7 +49,9 @@ from tqdm import tqdm
 from pyro_bdl.inference.base import ConvergenceWarning, Draws, as_flag, latent_sites
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
 from pyro_bdl.inference.enumeration import enumeration_of
-from pyro_bdl.inference.drift import DriftTracker, drift_record
+from pyro_bdl.inference.callbacks import checkpointed_state, restore_state
+from pyro_bdl.inference.diagnose import JudgeLosses
+from pyro_bdl.inference.drift import DriftRecord, DriftTracker, drift_record
 from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
@@ -243,8 +245,7 @@ def hiding(model, names):
 
 
 def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress: bool, desc: str,
-             checkpoint=None, checkpoint_every: int = 500, monitor=None, schedule=None, processes=None,
-             tracker=None, **adam) -> np.ndarray:
+             checkpoint=None, checkpoint_every: int = 500, callbacks=(), processes=None, **adam) -> np.ndarray:
     """Run ``steps`` of SVI with ClippedAdam (``adam``: its ``grad_clamp`` and ``lr_hold``, see
     :func:`make_svi`); return the loss trace.
 
@@ -254,12 +255,9 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     :class:`~pyro_bdl.storage.checkpoint.Checkpoint`, the parameters, optimiser state and losses are saved
     every ``checkpoint_every`` steps and on Ctrl-C, and a saved run resumes where it stopped.
 
-    ``monitor`` (optional) watches training: ``monitor.after_step(step, losses, bar)`` runs after every step
-    (it owns the progress bar's postfix) and returns True to stop (early stopping); ``monitor.state()`` (tensors,
-    numbers) is saved in the checkpoint and ``monitor.load(state)`` restores it on resume.  ``schedule``
-    (optional) is called with the step's index before every step (a resumed run calls it from the first step it
-    runs), e.g. to set a KL warm-up factor the model reads.  ``tracker`` (a :class:`~pyro_bdl.inference.drift.DriftTracker`,
-    optional) is told every step's index, to average the parameters over the drift check's windows (checkpointed).
+    ``callbacks``: :class:`~pyro_bdl.inference.callbacks.StepCallback` s, each told about every step before and after
+    it is taken (the drift check's :class:`~pyro_bdl.inference.drift.DriftTracker`, a KL warm-up, early stopping,
+    which may stop the run), each saved in the checkpoint and restored on resume.
     Under ``torchrun`` (``processes``: the :class:`~pyro_bdl.inference.parallel.processes.ProcessGroup`, default
     the launch's), each process steps on its shard of every minibatch and the gradients are summed before each
     update (:class:`~pyro_bdl.inference.parallel.data_parallel.DataParallel`); process 0 alone shows progress and
@@ -273,7 +271,9 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
     checkpoint = checkpoint if group.main or checkpoint is None else checkpoint.read_only()
     svi = make_svi(model, guide, loss, lr=lr, steps=steps, sync=None if parallel is None else parallel.sync, **adam)
     optim = svi.optim
-    losses = _resume(checkpoint, model, guide, optim, data, monitor, tracker)
+    callbacks = list(callbacks)
+    shown = any(cb.shows_progress for cb in callbacks)  # a callback that writes the bar's postfix itself
+    losses = _resume(checkpoint, model, guide, optim, data, callbacks)
     first = len(losses)
     if first and getattr(loss, "fixed_params", False):
         # a compiled loss draws more at its first call (it runs and traces the ELBO) than a replay does: build
@@ -289,8 +289,8 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                 # the first step validates the distributions' arguments; later steps skip the checks
                 # (a fifth of a small network's step); a NaN loss is still caught below
                 unchecked = pyro.validation_enabled(False) if step > first else contextlib.nullcontext()
-                if schedule is not None:
-                    schedule(step)
+                for cb in callbacks:
+                    cb.before_step(step)
                 # the random streams before this step: an interrupt inside it (in a launch, most likely while
                 # waiting on the all-reduce) saves these, so the resumed run redraws what the step drew
                 before = rng_state() if checkpoint is not None else None
@@ -313,23 +313,22 @@ def optimise(model, guide, loss, data: dict, *, steps: int, lr: float, progress:
                         stacklevel=2,
                     )
                     break
-                if tracker is not None:  # the rate this step was taken at (FastClippedAdam's schedule)
-                    tracker.update(step, optim.lr * optim.lrd ** max(0, step + 1 - optim.hold))
                 if (step - first) % SNAPSHOT_EVERY == 0:  # the parameters after this step, if all finite
                     params = store_values()
                     if _all_finite(params.values()):
                         snapshot = (step + 1, params)
-                if monitor is None and (step % 50 == 0 or step == steps - 1):
+                if not shown and (step % 50 == 0 or step == steps - 1):
                     bar.set_postfix(loss=f"{value:.4g}", refresh=False)
                 bar.update()
-                stop = monitor is not None and monitor.after_step(step, losses, bar)
+                rate = optim.lr * optim.lrd ** max(0, step + 1 - optim.hold)  # FastClippedAdam's schedule
+                stop = any([cb.after_step(step, losses, bar, rate) for cb in callbacks])  # each told, stop or not
                 if checkpoint is not None and (step + 1) % checkpoint_every == 0:
-                    _save(checkpoint, optim, losses, monitor, tracker=tracker)
+                    _save(checkpoint, optim, losses, callbacks)
                 if stop:
                     break
         except KeyboardInterrupt:
             if checkpoint is not None:
-                _save(checkpoint, optim, losses, monitor, rng=before, tracker=tracker)
+                _save(checkpoint, optim, losses, callbacks, rng=before)
             raise
     return np.asarray(losses, dtype=float)
 
@@ -367,18 +366,17 @@ def _restore_if_broken(snapshot) -> int | None:
     return step
 
 
-def _save(checkpoint, optim, losses, monitor=None, rng=None, tracker=None) -> None:
+def _save(checkpoint, optim, losses, callbacks=(), rng=None) -> None:
     checkpoint.save({
         "losses": torch.tensor(losses, dtype=torch.float64, device="cpu"),  # host-side
         "params": store_values(),
         "optim": optim.get_state(),
         "rng": rng if rng is not None else rng_state(),  # torch, numpy, Python: the minibatches and draws to come
-        **({"monitor": monitor.state()} if monitor is not None else {}),
-        **({"drift": tracker.state()} if tracker is not None else {}),
+        **checkpointed_state(callbacks),
     })
 
 
-def _resume(checkpoint, model, guide, optim, data, monitor=None, tracker=None) -> list:
+def _resume(checkpoint, model, guide, optim, data, callbacks=()) -> list:
     """Restore a saved run into the param store and optimiser; returns the losses so far."""
     state = checkpoint.load() if checkpoint is not None else None
     if state is None:
@@ -389,10 +387,7 @@ def _resume(checkpoint, model, guide, optim, data, monitor=None, tracker=None) -
             model(**data)
     load_store_values(state["params"])
     optim.set_state(state["optim"])
-    if monitor is not None and "monitor" in state:
-        monitor.load(state["monitor"])
-    if tracker is not None and "drift" in state:
-        tracker.load(state["drift"])
+    restore_state(callbacks, state)
     set_rng_state(state["rng"])
     return state["losses"].tolist()
 
@@ -417,7 +412,7 @@ def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=
     pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
     tracker = DriftTracker(steps)
     losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint,
-                      tracker=tracker, **adam)
+                      callbacks=[tracker], **adam)
     # is the answer still moving? (pyro_bdl.inference.drift; svi_report decides whether it warns)
     info = drift_record(tracker, model, guide, data, point=point, loss=loss)
     if point:
@@ -484,22 +479,24 @@ def _register() -> None:
         Method("svi", "svi", "SVI, Trace_ELBO (TraceEnum_ELBO for enumerated sites), reparameterised gradients "
                "(guide: normal | mvn | meanfield | callable)",
                run_svi, common, refuses=frozenset({"improper-prior"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50}, processes="data",
-               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
+               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord),
         Method("svi-meanfield", "svi", "SVI, TraceMeanField_ELBO: mean-field Gaussian guide, analytic KL where it exists",
                run_svi_meanfield, common, refuses=frozenset({"enumerated"}), takes_guide=True, takes_init=True, quick={"steps": 100, "samples": 50},
-               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
+               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord),
         Method("bbvi", "svi", "black-box VI: score-function gradients (TraceGraph_ELBO) with a decaying-average baseline",
                run_bbvi, {"steps": 2000, "lr": 0.02, "particles": 4, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
                          "elbo": "auto"},
                requires=frozenset({"continuous", "low-dimensional"}), takes_guide=True, takes_init=True,
                quick={"steps": 30, "samples": 50, "particles": 2}, user_defaults=USER_DEFAULTS,
-               user_init=init_to_prior_mean),
+               user_init=init_to_prior_mean, outputs=DriftRecord),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
-               run_map, point, takes_init=True, point_estimate=True, quick={"steps": 100}, processes="data",
-               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
+               run_map, point, takes_init=True, quick={"steps": 100}, processes="data",
+               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord,
+               diagnose=JudgeLosses(point=True)),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
-               run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, point_estimate=True, quick={"steps": 100},
-               processes="data", objective=drop_priors, user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean),
+               run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, quick={"steps": 100},
+               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord,
+               diagnose=JudgeLosses(point=True, objective=drop_priors)),
     ):
         register_method(method)
 

@@ -268,7 +268,7 @@ def plots(result, out: Path, test=None) -> list[str]:
     fig.savefig(out / "latent.png", dpi=100)
     plt.close(fig)
     written.append("latent.png")
-    history = result.info.get("elbo_history")
+    history = getattr(result.info, "elbo_history", None)
     if history:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         epochs = np.arange(1, len(history["train"]) + 1)

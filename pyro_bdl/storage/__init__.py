@@ -1,3 +1,4 @@
 """Files: written whole or not at all (:mod:`~pyro_bdl.storage.files`), checkpoints of long fits
 (:mod:`~pyro_bdl.storage.checkpoint`), output paths checked before any work and the files of a fit directory
-(:mod:`~pyro_bdl.storage.paths`).  Writing and reading a whole fit directory is :mod:`pyro_bdl.store`."""
+(:mod:`~pyro_bdl.storage.paths`), and signals handled while a long run's block runs
+(:mod:`~pyro_bdl.storage.interrupts`).  Writing and reading a whole fit directory is :mod:`pyro_bdl.store`."""

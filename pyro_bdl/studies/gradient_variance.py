@@ -37,14 +37,14 @@ from pyro.infer import Trace_ELBO, TraceGraph_ELBO
 from pyro_bdl.data.embedded import load
 from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.nn.feature_maps import features, split_feature_options
-from pyro_bdl.registry import get_model
+from pyro_bdl.registry import spec_of
 
 __all__ = ["gradient_draws", "exact_linear_gradient", "compare_estimators", "expected_loglik_and_grad", "Expectation"]
 
 
 def _setup(model, data, options, seed, reparameterized, shift):
     """Mean-field guide at a fixed point away from the optimum; returns (bound, kwargs, guide, params)."""
-    spec = get_model(model) if isinstance(model, str) else model
+    spec = spec_of(model)
     dataset = load(data or spec.default_data)
     kwargs = spec.data_kwargs(dataset)
     bound = spec.bind(options)
@@ -102,7 +102,7 @@ def exact_linear_gradient(model, data=None, noise: float = 0.5, prior_scale: flo
         H[q] = \sum_j \tfrac12 \log 2\pi e s_j^2 .
     """
     options = {"noise": noise, "prior_scale": prior_scale}
-    spec = get_model(model) if isinstance(model, str) else model
+    spec = spec_of(model)
     if spec.sites(options) != ["w", "b"]:
         raise ValueError(f"the exact gradient is that of a linear regression with latent sites w and b; model "
                          f"'{spec.name}' has {spec.sites(options)}")

@@ -55,7 +55,7 @@ from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference import METHODS
 from pyro_bdl.posterior.acquisition import ACQUISITIONS, BATCH_MODES, CLASSIFICATION, REGRESSION, pick_batch, score
 from pyro_bdl.posterior.evaluation import evaluate_fit
-from pyro_bdl.registry import ModelSpec, get_model
+from pyro_bdl.registry import ModelSpec, spec_of
 from pyro_bdl.storage.checkpoint import fingerprint
 from pyro_bdl.storage.files import atomic_write_text
 
@@ -127,7 +127,7 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
     -------
     ActiveLearningResult
     """
-    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    spec = spec_of(model)
     pool, test = _as_dataset(spec, pool, target, "pool"), (None if test is None else
                                                          _as_dataset(spec, test, target, "test"))
     _check_acquisition(acquisition, spec)
@@ -148,8 +148,8 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
         last = _fit_round(spec or model, pool, state, inference, seed, r, options, settings,
                           last if warm_start else None)
         row = {"round": r, "labelled": len(state.order), **_judge(last, test),
-               "fit_seconds": time.perf_counter() - start, "warnings": len(last.info["round_warnings"])}
-        said.extend(last.info["round_warnings"])
+               "fit_seconds": time.perf_counter() - start, "warnings": len(last.warnings)}
+        said.extend(last.warnings)
         if r < rounds:
             start = time.perf_counter()
             chosen = _acquire(last, pool, state, acquisition, batch, batch_mode, rng)
@@ -177,7 +177,7 @@ def compare_acquisitions(model, pool, inference: str = "mc-dropout", acquisition
     and ``seed`` tell them apart): what :func:`plot_learning_curves` draws.  ``kwargs`` as for
     :func:`active_learning` (a ``checkpoint`` is given per run: ``{acquisition}`` and ``{seed}`` in it are
     filled in)."""
-    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    spec = spec_of(model)
     for acquisition in acquisitions:  # every name checked before the first run
         _check_acquisition(acquisition, spec)
     frames = []
@@ -260,7 +260,7 @@ def _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, 
         raise ValueError(f"unknown inference '{inference}'; choose one of {', '.join(METHODS)}")
     if batch_mode not in BATCH_MODES:
         raise ValueError(f"unknown batch mode '{batch_mode}'; choose one of {', '.join(BATCH_MODES)}")
-    if acquisition != "random" and METHODS[inference].family == "point":
+    if acquisition != "random" and METHODS[inference].point_estimate:
         raise ValueError(f"acquisition '{acquisition}' reads the disagreement of posterior draws; '{inference}' gives "
                          f"a single point (use a method with draws: {', '.join(_with_draws())}; or random)")
     if pool.y is None and oracle is None:
@@ -281,7 +281,7 @@ def _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, 
 
 
 def _with_draws() -> list[str]:
-    return [name for name, m in METHODS.items() if m.family != "point"]
+    return [name for name, m in METHODS.items() if not m.point_estimate]
 
 
 def _classifier(spec: ModelSpec | None) -> bool:
@@ -326,8 +326,8 @@ def _fit_round(model, pool: Dataset, state, inference: str, seed: int, r: int, o
         result = fit(model, labelled, inference, options=options, seed=seed * 100_003 + r, progress=False,
                      standardize_on=pool.X if isinstance(model, (str, ModelSpec)) else None, **extra)
     # a few labelled rows have constant columns (pixels): expected, not news; the rest is kept for the run's summary
-    result.info["round_warnings"] = [str(w.message) for w in caught
-                                     if not (issubclass(w.category, DataWarning) and "constant" in str(w.message))]
+    result.warnings = [str(w.message) for w in caught
+                       if not (issubclass(w.category, DataWarning) and "constant" in str(w.message))]
     return result
 
 

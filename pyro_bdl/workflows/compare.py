@@ -45,18 +45,16 @@ from pyro_bdl.data.table import Dataset
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.enumeration import model_traits
 from pyro_bdl.inference.method import DEFAULT_METHOD
-from pyro_bdl.posterior.diagnostics import RHAT_MAX, compare_loo, compare_methods
+from pyro_bdl.inference.diagnose import RHAT_MAX, ChainReport
+from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods
 from pyro_bdl.posterior.evaluation import evaluate_fit
-from pyro_bdl.registry import ModelSpec, get_model, resolve
+from pyro_bdl.registry import resolve, spec_of
 from pyro_bdl.workflows.comparison import MAX_PLOTTED, Comparison, element_draws
 
 __all__ = ["compare", "Comparison", "DEFAULT_METHODS", "MAX_PLOTTED"]
 
 #: The methods :func:`compare` fits when none are named.
 DEFAULT_METHODS = (DEFAULT_METHOD, "svi", "laplace", "map")
-
-#: The sampler's diagnostics the summary shows beside its row (the reference is only as good as its chains).
-SAMPLER_CHECKS = ("max_r_hat", "min_ess_bulk", "divergences")
 
 def compare(model: str | Callable, data=None, methods: Sequence[str] = DEFAULT_METHODS, *, reference: str = "auto",
             test: Dataset | None = None, settings: Mapping[str, Mapping] | None = None, options: dict | None = None,
@@ -83,7 +81,7 @@ def compare(model: str | Callable, data=None, methods: Sequence[str] = DEFAULT_M
     :class:`Comparison` with ``.table``, ``.summary``, ``.loo``, ``.plot()``, ``.to_markdown()``, ``.write()``.
     """
     methods, settings = list(methods), {k: dict(v) for k, v in (settings or {}).items()}
-    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    spec = spec_of(model)
     _check_methods(spec, model, data, methods, settings, reference)
     exact = _exact_available(spec, reference)
     ref_method = None if exact else (DEFAULT_METHOD if reference in ("auto", "exact") else reference)
@@ -106,7 +104,8 @@ def compare(model: str | Callable, data=None, methods: Sequence[str] = DEFAULT_M
             if ref_method not in results:
                 run(ref_method, results, failures, required=True)
     if ref_moments is None:
-        reference_name, r_hat = ref_method, results[ref_method].info.get("max_r_hat", float("nan"))
+        checks = results[ref_method].diagnostics
+        reference_name, r_hat = ref_method, checks.max_r_hat if isinstance(checks, ChainReport) else float("nan")
         if r_hat > RHAT_MAX:
             notes.append(f"the reference's chains disagree (max r_hat {r_hat:.3g} > {RHAT_MAX}): its marginals are not "
                          "a trustworthy reference (a multimodal posterior, or too few draws), nor the divergences "
@@ -230,7 +229,8 @@ def _summary(results: dict, reference: str, table: pd.DataFrame, test, notes: li
                             if k != "test_rows"})
             except (ValueError, TypeError) as error:
                 notes.append(f"{label}: no held-out metrics ({error})")
-        row.update({k: result.info[k] for k in SAMPLER_CHECKS if k in result.info})  # is the reference sound?
+        if isinstance(result.diagnostics, ChainReport):  # is the reference sound?
+            row.update(result.diagnostics.headline())
         row["seconds"] = result.record.wall_seconds
         rows.append(row)
     for label, reason in failures.items():

@@ -8,8 +8,8 @@ rewards a model for predicting the data it saw, and penalises it for the prior v
 not see (MacKay's Occam's razor): among models of the same data, a higher evidence is a better model, Bayes
 factors are differences of log evidences.  A fit gives it where its method or its model does:
 
-* the method's estimate, which the method records as ``info["log_evidence"]`` (and declares, in words, as its
-  :attr:`~pyro_bdl.inference.method.Method.evidence`): ``laplace`` (the Laplace approximation at the mode, exact for
+* the method's estimate, which the method records in its typed outputs (:attr:`pyro_bdl.result.FitResult.log_evidence`,
+  declared in words as its outputs' ``EVIDENCE``, :class:`~pyro_bdl.inference.outputs.MethodInfo`): ``laplace`` (the Laplace approximation at the mode, exact for
   a Gaussian posterior), ``laplace-ggn`` (the GGN Laplace marginal likelihood of a network, the noise held at
   its MAP), ``importance`` (the mean importance weight, unbiased for :math:`p(y)`, its log within about
   :math:`\sqrt{1/\mathrm{ESS} - 1/S}` for :math:`S` draws);
@@ -81,7 +81,7 @@ def evidence(fit, source: str = "auto") -> LogEvidence:
     fit : a :class:`~pyro_bdl.result.FitResult` (of a zoo model or a user's Pyro program).
     source : ``"auto"`` (the method's estimate where the method records one, else the model's closed form),
         ``"exact"`` (the model's closed form, :attr:`~pyro_bdl.registry.PostFit.exact_evidence`) or ``"method"``
-        (the method's estimate, ``fit.info["log_evidence"]``).
+        (the method's estimate, :attr:`fit.log_evidence <pyro_bdl.result.FitResult.log_evidence>`).
 
     Returns
     -------
@@ -95,18 +95,17 @@ def evidence(fit, source: str = "auto") -> LogEvidence:
     """
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    estimate = fit.info.get("log_evidence") if source != "exact" else None
+    estimate = fit.log_evidence if source != "exact" else None
     if estimate is not None:
         return LogEvidence(float(estimate) + _to_data_units(fit), "method", _method_kind(fit))
     if source == "method":
-        raise ValueError(f"the fit by '{fit.method}' records no estimate of the evidence{_not_kept(fit)}; "
-                         f"{_methods_that_do(fit)}")
+        raise ValueError(f"the fit by '{fit.method}' records no estimate of the evidence; {_methods_that_do(fit)}")
     spec = fit.spec
     closed_form = spec.hooks.exact_evidence if spec is not None else None
     if closed_form is None:
         model = f"model '{spec.name}'" if spec is not None else "a user's own model"
         raise ValueError(f"no evidence for this fit: the fit by '{fit.method}' records no estimate of it"
-                         f"{_not_kept(fit)} and {model} has no closed form (the zoo models with one: "
+                         f" and {model} has no closed form (the zoo models with one: "
                          f"{', '.join(_exact_models()) or 'none'}); {_methods_that_do(fit)}; or rank the fits by "
                          f"PSIS-LOO (pyro_bdl.compare_loo)")
     value = closed_form(**fit.standardized_data, **spec.model_args(fit.record.options))
@@ -124,23 +123,12 @@ def _to_data_units(fit) -> float:
 
 
 def _method_kind(fit) -> str:
-    method = METHODS.get(fit.method)
-    declared = method.evidence if method is not None else None
-    return declared or f"the estimate that inference '{fit.method}' records"
-
-
-def _not_kept(fit) -> str:
-    """Why a fit by a method that records an estimate has none: its ``info`` was not kept (a fit loaded from files)."""
-    method = METHODS.get(fit.method)
-    if method is None or method.evidence is None:
-        return ""
-    return (" in its info (the method records one, as log_evidence: a fit loaded from files has not kept it; its "
-            "metrics.json has it, in the units the model works in)")
+    return fit.info.EVIDENCE or f"the estimate that inference '{fit.method}' records"
 
 
 def _methods_that_do(fit) -> str:
     """Which methods record an estimate (of those that suit the fit's zoo model)."""
-    names = [name for name, method in METHODS.items() if method.evidence is not None
+    names = [name for name, method in METHODS.items() if method.outputs.EVIDENCE is not None
              and (fit.spec is None or name in fit.spec.methods)]
     of = f", of those that suit model '{fit.spec.name}'" if fit.spec is not None else ""
     return f"the methods that do{of}: {', '.join(names) or 'none'}"

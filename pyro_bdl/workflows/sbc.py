@@ -81,7 +81,7 @@ from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference.pyro_internals import is_deterministic
 from pyro_bdl.inference.method import pyro_names_as_ours
 from pyro_bdl.posterior.rank_uniformity import ecdf_band, rank_of, uniformity
-from pyro_bdl.registry import ModelSpec, get_model, resolve
+from pyro_bdl.registry import ModelSpec, resolve, spec_of
 from pyro_bdl.storage.checkpoint import fingerprint
 from pyro_bdl.storage.files import atomic_write_text
 from pyro_bdl.workflows.sbc_result import SBCResult
@@ -214,23 +214,21 @@ def _zoo_arguments(spec: ModelSpec, data, options) -> tuple[Callable, dict]:
 def _problem(model, data, inference: str, draws: int, options, settings: dict, seed: int) -> _Problem:
     """Everything a replication needs, checked before anything runs: the method and its settings, the model's
     observed and latent sites, and a prior that can be drawn from."""
-    spec = get_model(model) if isinstance(model, str) else model if isinstance(model, ModelSpec) else None
+    spec = spec_of(model)
     fit_kwargs = {k: settings.pop(k) for k in _FIT_KEYWORDS if k in settings}
     fit_kwargs.setdefault("threads", 1)  # a replication's fit is small; one thread keeps the ranks reproducible
     plan = resolve(spec, inference, fit_kwargs.get("guide"), settings)
-    if plan.method.family == "svi" and "samples" in plan.settings and settings.get("samples") is None:
+    if plan.method.family.independent_draws and "samples" in plan.settings and settings.get("samples") is None:
         settings["samples"] = draws  # a guide's draws are independent: L of them are all the ranks need
     if plan.method.point_estimate:
         raise ValueError(f"inference '{inference}' gives a point estimate, not posterior draws: SBC has nothing to "
                          f"rank")
     if spec is not None:
         bound, kwargs = _zoo_arguments(spec, data, options)
-    elif callable(model):
+    else:
         if options:
             raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
         bound, kwargs = bind_arguments(model, data)
-    else:
-        raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     try:
         trace = _trace(_simulating(bound), kwargs)
     except NotImplementedError as error:
@@ -250,7 +248,7 @@ def _problem(model, data, inference: str, draws: int, options, settings: dict, s
     if spec is not None:
         _check_zoo_target(spec, observed, by_argument, kwargs)
     samples = plan.settings.get("samples")
-    return _Problem(bound, kwargs, observed, latent, spec, inference, draws, plan.method.family == "mcmc",
+    return _Problem(bound, kwargs, observed, latent, spec, inference, draws, plan.method.family.correlated_draws,
                     samples, settings, fit_kwargs, options, seed)
 
 
@@ -363,7 +361,7 @@ def _replicate(problem: _Problem, i: int) -> dict:
     return {"replication": i, "ranks": dict(zip(_entries(truth), map(int, ranks))),
             "fit": {"seed": problem.seed + i, "fit_draws": int(draws.shape[0] * draws.shape[1]),
                     "ess_bulk": None if math.isnan(ess) else round(ess, 1), "stride": stride,
-                    "divergences": int(result.info.get("divergences", 0) or 0), "refit": refit, "short": short,
+                    "divergences": int(getattr(result.diagnostics, "divergences", 0) or 0), "refit": refit, "short": short,
                     "warnings": "; ".join(dict.fromkeys(f"{c}: {m}" for c, m in caught))}}
 
 

@@ -7,24 +7,42 @@ Example
 >>> chain = {"samples": {"w": torch.zeros(5, 2)}, "stats": {"diverging": torch.zeros(5, dtype=torch.bool)},
 ...          "accept": 0.8}
 >>> draws = stack_chains([chain, chain])
->>> draws.samples["w"].shape, draws.info["divergences"]
+>>> draws.samples["w"].shape, draws.info.divergences
 (torch.Size([2, 5, 2]), 0)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import math
+
 import numpy as np
 import torch
 
 from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.outputs import MethodInfo
 
-__all__ = ["stack_chains"]
+__all__ = ["ChainInfo", "stack_chains"]
+
+
+@dataclass
+class ChainInfo(MethodInfo):
+    """What an MCMC method returns beside its draws.
+
+    Attributes
+    ----------
+    mean_accept_prob : the mean acceptance probability of the kept draws, over the chains.
+    divergences : the number of divergent transitions among the kept draws.
+    """
+
+    mean_accept_prob: float = math.nan
+    divergences: int = 0
 
 
 def stack_chains(done: list) -> Draws:
     """Finished chains (``{"samples", "stats", "accept"}`` each) stacked as (chains, draws, ...)."""
     samples_out = {k: torch.stack([c["samples"][k] for c in done]) for k in done[0]["samples"]}
     stats_out = {k: np.stack([c["stats"][k].numpy() for c in done]) for k in done[0]["stats"]}
-    info = {"mean_accept_prob": float(np.mean([c["accept"] for c in done])),
-            "divergences": int(stats_out["diverging"].sum())}
+    info = ChainInfo(float(np.mean([c["accept"] for c in done])), int(stats_out["diverging"].sum()))
     return Draws(samples_out, sample_stats=stats_out, info=info)

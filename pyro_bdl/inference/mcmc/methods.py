@@ -19,7 +19,8 @@ from pyro.infer import HMC, MCMC, NUTS, RandomWalkKernel
 
 from pyro_bdl.inference import pyro_internals
 from pyro_bdl.inference.base import Draws, as_flag
-from pyro_bdl.inference.mcmc.draws import stack_chains
+from pyro_bdl.inference.diagnose import JudgeChains
+from pyro_bdl.inference.mcmc.draws import ChainInfo, stack_chains
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.parallel.processes import current_group
 from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
@@ -130,13 +131,16 @@ def _register() -> None:
     quick = {"samples": 60, "warmup": 40}
     register_method(Method("nuts", "mcmc", "No-U-Turn sampler (adaptive HMC), the gold standard",
                            functools.partial(run_mcmc, "nuts"), {**hmc, "max_tree_depth": 10}, quick=quick,
-                           refuses=SUMS_OUT_ENUMERATED, processes="split"))
+                           refuses=SUMS_OUT_ENUMERATED, processes="split", outputs=ChainInfo,
+                           diagnose=JudgeChains()))
     register_method(Method("hmc", "mcmc", "Hamiltonian Monte Carlo, trajectory length pi/2, adapted step size and mass "
                            "matrix (diagonal, or dense: full_mass)", functools.partial(run_mcmc, "hmc"), hmc, quick=quick,
-                           refuses=SUMS_OUT_ENUMERATED, processes="split"))
+                           refuses=SUMS_OUT_ENUMERATED, processes="split", outputs=ChainInfo,
+                           diagnose=JudgeChains()))
     register_method(Method("metropolis", "mcmc", "random-walk Metropolis, step size adapted to 23.4% acceptance",
                            functools.partial(run_mcmc, "metropolis"), {"samples": 5000, "warmup": 2000, "chains": 2},
-                           requires=frozenset({"continuous", "low-dimensional"}), quick={"samples": 100, "warmup": 100}))
+                           requires=frozenset({"continuous", "low-dimensional"}), quick={"samples": 100, "warmup": 100},
+                           outputs=ChainInfo, diagnose=JudgeChains()))
 
 
 _register()
