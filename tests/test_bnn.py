@@ -18,7 +18,6 @@ import pyro_bdl
 from pyro_bdl.data.embedded import SINE_GAP, SINE_NOISE, digits_split, sine_curve, sine_grid
 from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.posterior.uncertainty import accuracy, rmse
-from pyro_bdl.store import metrics
 
 
 def test_map_fits_the_sine_curve_in_original_units():
@@ -195,7 +194,7 @@ def test_mc_dropout_reports_tau_and_adds_it_to_the_predictive_variance():
     y_sd = result.standardizer.y_sd
     np.testing.assert_allclose(table["aleatoric_sd"] ** 2, y_sd**2 / tau, rtol=1e-4)
     assert (table["sd"] ** 2 > table["aleatoric_sd"] ** 2).all()  # plus the spread of the dropped-out nets
-    assert metrics(result)["tau"] == tau  # and metrics.json says it
+    assert result.metrics()["tau"] == tau  # and metrics.json says it
 
 
 def test_scale_mixture_prior_density_and_moments():

@@ -85,5 +85,5 @@ def test_mle_is_judged_on_the_likelihood():
     collapsed = {"mu": torch.full((1, 1), 4.4), "tau": torch.full((1, 1), 1e-4), "theta": torch.full((1, 1, 8), 4.4)}
     data = {"sigma": SCHOOLS_SIGMA, "y": SCHOOLS_Y}
     assert running_to_an_edge(centred_schools, data, collapsed) == [("tau", 0.0)]
-    likelihood = get_method("mle").objective(centred_schools)
+    likelihood = get_method("mle").diagnose.objective(centred_schools)
     assert running_to_an_edge(centred_schools, data, collapsed, likelihood) == []

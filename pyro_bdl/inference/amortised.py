@@ -39,21 +39,22 @@ from dataclasses import dataclass
 import numpy as np
 import pyro
 import torch
-from pyro.infer import TraceEnum_ELBO, TraceGraph_ELBO
+from pyro.infer import TraceEnum_ELBO
 
 from pyro_bdl.inference.base import Draws
 from pyro_bdl.inference.callbacks import StepCallback
-from pyro_bdl.inference.marginal import IWAE_ELBO, estimate, plate_nesting
+from pyro_bdl.inference.marginal import estimate, plate_nesting
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.outputs import MethodInfo
-from pyro_bdl.inference.svi import ADAM_SETTINGS, load_store_values, make_elbo, optimise, store_values
+from pyro_bdl.inference.base import as_flag
+from pyro_bdl.inference.svi import ADAM_SETTINGS, Elbo, load_store_values, make_elbo, optimise, store_values
 from pyro_bdl.storage.checkpoint import kept_rng
 
-__all__ = ["run_svi_amortised", "ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
+__all__ = ["run_svi_amortised", "AMORTISED_ELBOS", "make_loss", "validation_elbo", "EarlyStopping", "KLWarmup", "MIN_STEPS",
            "PATIENCE_STEPS", "budget"]
 
-#: The losses the ``elbo`` setting names.
-ELBOS = ("trace", "iwae", "enum", "tracegraph")
+#: What the ``elbo`` setting of ``svi-amortised`` admits (estimators of :data:`~pyro_bdl.inference.svi.ELBOS`).
+AMORTISED_ELBOS = (Elbo.TRACE, Elbo.IWAE, Elbo.ENUM, Elbo.TRACEGRAPH)
 #: The default training budget and early-stopping patience, in optimiser steps: a small data set has few steps per
 #: epoch, and 100 epochs / patience 10 stopped the digits' VAE 1.3-1.6 nats short (benchmarks/RESULTS.md, "VAE
 #: defaults").
@@ -76,18 +77,13 @@ def make_loss(elbo: str, particles: int, jit=False, plates: int | None = None):
     """The training loss named by the ``elbo`` setting, with ``particles`` draws; ``jit``: the compiled
     Trace_ELBO (:mod:`pyro_bdl.inference.compiled_elbo`, the same loss and gradients); ``plates``: the model's plate
     nesting, for enumeration (None: Pyro guesses it, with a log message)."""
+    if elbo not in AMORTISED_ELBOS:
+        raise ValueError(f"setting 'elbo' of inference 'svi-amortised' must be one of {', '.join(AMORTISED_ELBOS)}, "
+                         f"got {elbo!r}")
     particles = int(particles)
-    vectorize = particles > 1
-    if elbo == "trace":
-        return make_elbo("trace", particles=particles, jit=jit, vectorize=vectorize)
-    if elbo == "iwae":
-        return IWAE_ELBO(num_particles=particles)
-    if elbo == "enum":
-        nesting = {} if plates is None else {"max_plate_nesting": plates}
-        return TraceEnum_ELBO(num_particles=particles, vectorize_particles=vectorize, **nesting)
-    if elbo == "tracegraph":
-        return TraceGraph_ELBO(num_particles=particles, vectorize_particles=vectorize)
-    raise ValueError(f"setting 'elbo' of inference 'svi-amortised' must be one of {', '.join(ELBOS)}, got {elbo!r}")
+    # compiled: the zoo's Trace_ELBO only (the others run as Pyro has them)
+    return make_elbo(elbo, particles=particles, jit=as_flag(jit) and elbo == Elbo.TRACE, vectorize=particles > 1,
+                     max_plate_nesting=plates if elbo == Elbo.ENUM else None)
 
 
 def validation_elbo(model, guide, data: dict, loss=None) -> float:

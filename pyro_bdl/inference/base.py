@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from enum import Enum
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -13,8 +14,25 @@ from pyro.poutine.util import site_is_subsample
 
 from pyro_bdl.inference.pyro_internals import is_deterministic
 
-__all__ = ["ConvergenceWarning", "Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
+__all__ = ["Choice", "ConvergenceWarning", "Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
            "model_params", "takes_minibatches"]
+
+
+class Choice(str, Enum):
+    """A setting's named values (a method's family, an ELBO): each compares, hashes, prints and formats as its
+    text, so ``"mcmc"`` and ``Family.MCMC`` are one value.
+
+    >>> class Colour(Choice):
+    ...     RED = "red"
+    >>> Colour("red") is Colour.RED, Colour.RED == "red", f"{Colour.RED}"
+    (True, True, 'red')
+    """
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 def as_flag(value) -> bool:

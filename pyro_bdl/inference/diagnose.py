@@ -114,12 +114,20 @@ class JudgeLosses:
         """The sites of the point at an edge of their support with the density still rising there."""
         if not result.samples or not all(bool(torch.isfinite(v).all()) for v in result.samples.values()):
             return []
-        try:
-            with result.own_params():
-                return running_to_an_edge(result.model, result.data, result.samples,
-                                          self.objective(result.model) if self.objective is not None else None)
-        except (ValueError, RuntimeError, NotImplementedError):  # a prior that cannot be drawn, or a density that
-            return []  # is not finite at the point: not judged (the loss check reports a NaN loss)
+        objective = self.objective(result.model) if self.objective is not None else None
+        # in float64 first: a point far out (a concentration at 1e6) has a float32 density too coarse for its slope
+        for data, samples in ((_double(result.data), _double(result.samples)), (result.data, result.samples)):
+            try:
+                with result.own_params():
+                    return running_to_an_edge(result.model, data, samples, objective)
+            except (ValueError, RuntimeError, NotImplementedError):  # a program that takes no float64 (then again in
+                continue  # its own dtype), a prior that cannot be drawn, a density not finite at the point: not judged
+        return []
+
+
+def _double(values: dict) -> dict:
+    """``values`` with its floating tensors in float64."""
+    return {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in values.items()}
 
 
 @dataclass(frozen=True)

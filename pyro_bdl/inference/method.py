@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Callable, Mapping
 
-from pyro_bdl.inference.base import Draws, RunContext, as_flag
+from pyro_bdl.inference.base import Choice, Draws, RunContext, as_flag
 from pyro_bdl.inference.diagnose import JudgeLosses
 from pyro_bdl.inference.outputs import MethodInfo
 
@@ -36,7 +35,7 @@ __all__ = ["Method", "Family", "Sharing", "METHODS", "DEFAULT_METHOD", "register
            "processes_methods", "PYRO_NAMES", "pyro_names_as_ours"]
 
 
-class Family(str, Enum):
+class Family(Choice):
     """What a method's output is: a loss trace (``svi``), one point (``point``), chains (``mcmc``), weighted draws
     (``importance``) or independent members as chains (``ensemble``)."""
 
@@ -62,7 +61,7 @@ class Family(str, Enum):
         return self is Family.SVI
 
 
-class Sharing(str, Enum):
+class Sharing(Choice):
     """How a method shares its work among the processes of a ``torchrun`` launch (:mod:`pyro_bdl.inference.parallel`):
     ``data`` (each process steps on its shard of every minibatch, the gradients summed) or ``split`` (each process
     runs its block of independent items: ensemble members, MCMC chains, gathered after)."""

@@ -46,8 +46,9 @@ from pyro.infer.autoguide.initialization import init_to_median
 from pyro.infer.util import torch_item
 from tqdm import tqdm
 
-from pyro_bdl.inference.base import ConvergenceWarning, Draws, as_flag, latent_sites
+from pyro_bdl.inference.base import Choice, ConvergenceWarning, Draws, as_flag, latent_sites
 from pyro_bdl.inference.compiled_elbo import CompiledTrace_ELBO, CompiledTraceMeanField_ELBO
+from pyro_bdl.inference.marginal import IWAE_ELBO
 from pyro_bdl.inference.enumeration import enumeration_of
 from pyro_bdl.inference.callbacks import checkpointed_state, restore_state
 from pyro_bdl.inference.diagnose import JudgeLosses
@@ -194,23 +195,41 @@ def make_svi(model, guide, loss, *, lr: float, steps: int, grad_clamp: float = G
     return SVI(model, guide, optim, loss, sync)
 
 
-#: The ELBO estimators the ``elbo`` setting names, each (plain, compiled): ``trace`` (Trace_ELBO), ``meanfield``
-#: (TraceMeanField_ELBO: the KL in closed form where it exists), ``tracegraph`` (TraceGraph_ELBO: score-function
-#: gradients with the model's dependency graph), ``enum`` (TraceEnum_ELBO: the sites marked for enumeration summed
-#: out).  The zoo compiles the first two (:mod:`pyro_bdl.inference.compiled_elbo`), Pyro's JIT the others.  The
-#: setting's ``"auto"`` (its default) is the method's own, ``enum`` for a model with enumerated sites.
-ELBOS = {"trace": (Trace_ELBO, CompiledTrace_ELBO), "meanfield": (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO),
-         "tracegraph": (TraceGraph_ELBO, JitTraceGraph_ELBO), "enum": (TraceEnum_ELBO, JitTraceEnum_ELBO)}
+class Elbo(Choice):
+    """The ELBO estimators, by the name the ``elbo`` setting gives them: ``trace`` (Trace_ELBO), ``meanfield``
+    (TraceMeanField_ELBO: the KL in closed form where it exists), ``tracegraph`` (TraceGraph_ELBO: score-function
+    gradients with the model's dependency graph), ``enum`` (TraceEnum_ELBO: the sites marked for enumeration summed
+    out), ``iwae`` (the importance-weighted bound, :class:`~pyro_bdl.inference.marginal.IWAE_ELBO`)."""
+
+    TRACE = "trace"
+    MEANFIELD = "meanfield"
+    TRACEGRAPH = "tracegraph"
+    ENUM = "enum"
+    IWAE = "iwae"
+
+
+#: The one table of ELBO estimators, each (plain, compiled or None).  The zoo compiles ``trace`` and ``meanfield``
+#: (:mod:`pyro_bdl.inference.compiled_elbo`), Pyro's JIT ``tracegraph`` and ``enum``; ``iwae`` runs as it is.
+ELBOS = {Elbo.TRACE: (Trace_ELBO, CompiledTrace_ELBO), Elbo.MEANFIELD: (TraceMeanField_ELBO, CompiledTraceMeanField_ELBO),
+         Elbo.TRACEGRAPH: (TraceGraph_ELBO, JitTraceGraph_ELBO), Elbo.ENUM: (TraceEnum_ELBO, JitTraceEnum_ELBO),
+         Elbo.IWAE: (IWAE_ELBO, None)}
+#: What the ``elbo`` setting of ``svi``, ``svi-meanfield`` and ``bbvi`` admits besides ``"auto"`` (its default: the
+#: method's own, ``enum`` for a model with enumerated sites).
+GUIDE_ELBOS = (Elbo.TRACE, Elbo.MEANFIELD, Elbo.TRACEGRAPH, Elbo.ENUM)
 
 
 def make_elbo(kind: str = "trace", *, particles: int = 1, jit=False, vectorize=False, max_plate_nesting=None):
-    """The estimator :data:`ELBOS` names ``kind`` (``"trace"``: ``Trace_ELBO``, ``"meanfield"``, ``"tracegraph"``,
-    ``"enum"``) with ``particles`` draws, vectorised (one pass with a leading particle dimension) when ``vectorize``
-    and ``particles > 1``, compiled when ``jit``; ``max_plate_nesting``: the model's plates, left of which
-    enumeration and the particles go (None: Pyro finds it)."""
+    """The estimator :data:`ELBOS` names ``kind`` (an :class:`Elbo` or its name) with ``particles`` draws, vectorised
+    (one pass with a leading particle dimension) when ``vectorize`` and ``particles > 1``, compiled when ``jit`` (an
+    estimator with no compiled form, ``iwae``, is refused compiled); ``max_plate_nesting``: the model's plates, left
+    of which enumeration and the particles go (None: Pyro finds it)."""
     if kind not in ELBOS:
         raise ValueError(f"unknown elbo {kind!r}; choose one of: {', '.join(ELBOS)}")
     cls = ELBOS[kind][as_flag(jit)]
+    if cls is None:
+        raise ValueError(f"elbo {kind!r} has no compiled form: run it with jit=False")
+    if cls is IWAE_ELBO:  # K draws per row by construction: its particles are its K
+        return IWAE_ELBO(num_particles=int(particles))
     extra = {} if max_plate_nesting is None else {"max_plate_nesting": int(max_plate_nesting)}
     if as_flag(jit) and kind in ("tracegraph", "enum"):  # Pyro's JIT: its tracer's warnings about the model's Python
         extra["ignore_jit_warnings"] = True
@@ -229,8 +248,9 @@ def choose_elbo(elbo: str, own: str, enumerated, method: str) -> str:
     ...
     ValueError: setting 'elbo' of inference 'svi' must be one of auto, trace, meanfield, tracegraph, enum; got 'renyi'
     """
-    if elbo != "auto" and elbo not in ELBOS:
-        raise ValueError(f"setting 'elbo' of inference '{method}' must be one of auto, {', '.join(ELBOS)}; got {elbo!r}")
+    if elbo != "auto" and elbo not in GUIDE_ELBOS:
+        raise ValueError(f"setting 'elbo' of inference '{method}' must be one of auto, {', '.join(GUIDE_ELBOS)}; got "
+                         f"{elbo!r}")
     kind = ("enum" if enumerated else own) if elbo == "auto" else elbo
     if enumerated and kind != "enum":
         raise ValueError(f"elbo='{elbo}' (inference '{method}') cannot sum out the model's enumerated sites "
