@@ -37,3 +37,14 @@ def centred_schools(sigma, y=None):
     with pyro.plate("J", len(sigma)):
         theta = pyro.sample("theta", dist.Normal(mu, tau))
         pyro.sample("y", dist.Normal(theta, sigma), obs=y)
+
+
+def one_of_each(cases: list[tuple[str, str]]) -> list:
+    """``cases`` (model, method pairs of the registry) as pytest params: the fast tier runs a subset in which every
+    model and every method appears at least once (each method's first pair, then the first pair of any model not
+    yet in one), the others are marked slow (``make test-slow`` runs the whole matrix)."""
+    chosen = {next(case for case in cases if case[1] == method) for method in dict.fromkeys(m for _, m in cases)}
+    for model in dict.fromkeys(m for m, _ in cases):
+        if not any(case[0] == model for case in chosen):
+            chosen.add(next(case for case in cases if case[0] == model))
+    return [pytest.param(*case, id="-".join(case), marks=() if case in chosen else pytest.mark.slow) for case in cases]

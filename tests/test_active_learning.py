@@ -31,6 +31,7 @@ def line():
     return ds(slice(0, 120), "pool"), ds(slice(120, 180), "test")
 
 
+@pytest.mark.slow
 def test_the_loop_labels_distinct_rows_and_judges_every_round(line):
     pool, test = line
     run = active_learning("blr", pool, acquisition="variance", test=test, initial=4, batch=3, rounds=3, **FAST)
@@ -43,6 +44,7 @@ def test_the_loop_labels_distinct_rows_and_judges_every_round(line):
     assert labels_to_reach(run.history, "rmse", 10.0) == 4 and labels_to_reach(run.history, "rmse", 0.0) is None
 
 
+@pytest.mark.slow
 def test_max_variance_asks_for_the_ends_of_a_line(line):
     """For a line, the predictive variance grows with the distance from the labelled inputs' mean, so max variance
     labels the ends of [-1, 1]; random labels anywhere.  Five runs each: the acquired |x| differ by far more than
@@ -57,6 +59,7 @@ def test_max_variance_asks_for_the_ends_of_a_line(line):
     assert far["variance"] > 0.85 and abs(far["random"] - 0.5) < 4 * 0.29 / np.sqrt(45)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_where_it_stopped(line, tmp_path):
     """The oracle raises Ctrl-C on its third call (round 2's batch): rounds 0 and 1 are kept; the rerun finishes
     with the same rows and the same history as a run never interrupted."""
@@ -131,6 +134,7 @@ def test_a_pool_without_labels_needs_an_oracle_and_the_oracle_must_answer(line):
                         oracle=lambda rows: [1.0], **FAST)
 
 
+@pytest.mark.slow
 def test_compare_acquisitions_stacks_the_runs(line):
     pool, test = line
     frame = compare_acquisitions("blr", pool, "importance", ("variance", "random"), seeds=(0, 1), test=test,
@@ -141,6 +145,7 @@ def test_compare_acquisitions_stacks_the_runs(line):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["variance (2 seeds)", "random (2 seeds)"]
 
 
+@pytest.mark.slow
 def test_the_command_line_writes_the_history_and_the_curve(tmp_path, capsys):
     out = tmp_path / "al"
     args = ["active-learn", "blr", "--data", "linear", "-i", "importance", "--initial", "4", "--batch", "2",
@@ -162,6 +167,7 @@ def test_the_command_line_refuses_bad_settings_and_writes_nothing(tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_warm_start_begins_where_the_last_round_ended(line, monkeypatch):
     """Each warm round's fit is started (Pyro's init_to_value) at the last round's posterior mean; a cold one is
     left to the method's own start."""

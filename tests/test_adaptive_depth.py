@@ -94,6 +94,7 @@ def _guide_grads(step) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1).clone() for p in params])
 
 
+@pytest.mark.slow
 def test_score_function_gradient_of_the_guide_is_the_enumerated_gradient_within_monte_carlo_error():
     """TraceGraph (REINFORCE with a baseline) is unbiased: the mean of K gradient draws of the guide's parameters
     lies within 4.5 standard errors (of K draws; 4.5: a bound for the largest of ~200 coordinates) of the exact
@@ -184,6 +185,7 @@ def digits_fit():
                         progress=False)
 
 
+@pytest.mark.slow
 def test_fit_predicts_depth_and_posterior_per_row_and_survives_a_round_trip(digits_fit, tmp_path):
     fit = digits_fit
     assert fit.report["train_accuracy"] > 0.8

@@ -85,6 +85,7 @@ def _depth_difference(a: torch.Tensor, b: torch.Tensor, paired: bool) -> tuple[f
     return float(a.mean() - b.mean()), math.sqrt(float(a.var()) / len(a) + float(b.var()) / len(b))
 
 
+@pytest.mark.slow
 def test_at_its_defaults_noisy_and_misclassified_digits_run_deeper_than_clean_ones():
     """digits-01 split 1,347 / 450 (seed 0), the model's defaults (mode rule); noisy copies of the test images with
     N(0, 0.3^2) pixel noise.  Clean images stop before the last block on average (by 3 se), noisy ones run at least

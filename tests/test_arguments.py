@@ -172,6 +172,7 @@ def test_a_sampler_refuses_a_model_of_params_only_and_warns_beside_latents():
     assert abs(float(fit.params["s"]) - residual.std()) < 0.01  # the ML noise sd at the fitted mean
 
 
+@pytest.mark.slow
 def test_compare_loo_says_why_a_point_fit_is_left_out():
     nuts = pyro_bdl.fit(regression, (X, Y), inference="nuts", samples=200, warmup=200, progress=False)
     point = pyro_bdl.fit(regression, (X, Y), inference="map", steps=300, progress=False)
@@ -215,6 +216,7 @@ def test_init_loc_fn_sets_where_map_starts_and_is_refused_where_nothing_starts()
 
 # ---- a fit of a user's program on disk -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_user_fit_is_saved_and_loaded_with_its_program(tmp_path):
     data = {"model": _eight_schools_as_pyro_writes_it, "sigma": SIGMA, "y": SCHOOLS}
     with warnings.catch_warnings():

@@ -68,6 +68,7 @@ def test_arguments_and_results_must_be_tensors():
         trace_aten(lambda x: (x, 3), torch.ones(2))
 
 
+@pytest.mark.slow
 def test_a_nuts_fit_imports_neither_dynamo_nor_inductor(tmp_path):
     """torch._dynamo takes 1.6-2.9 s to import on this machine (benchmarks/history/nuts_speed.md): a traced fit does
     without."""

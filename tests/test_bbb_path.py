@@ -92,6 +92,7 @@ def test_compiled_elbo_equals_the_eager_one_with_local_reparameterisation(kind, 
     _assert_compiled_equals_eager(lrt_model, lrt_guide, data, eager, compiled, particles)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["regressor", "classifier"])
 @pytest.mark.parametrize("particles", [1, 3])
 def test_compiled_mean_field_elbo_with_local_reparameterisation_has_the_eager_expectation(kind, particles):

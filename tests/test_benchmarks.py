@@ -56,6 +56,7 @@ def test_every_script_has_a_smoke_run():
     assert scripts <= _smoke_run_scripts(), f"scripts without a smoke run here: {sorted(scripts - _smoke_run_scripts())}"
 
 
+@pytest.mark.slow
 def test_quick_run_prints_the_ratio_lines(tmp_path):
     # --threads 1: on a shared 2-core machine, 2 threads can be many times slower under load;
     # this keeps the smoke test fast whatever else runs (nothing here is a timing assertion)
@@ -71,6 +72,7 @@ def test_quick_run_prints_the_ratio_lines(tmp_path):
     assert "torch threads 1" in out and "compiled graph optimised: False" in out
 
 
+@pytest.mark.slow
 def test_time_to_target_over_seeds_prints_one_race_per_seed_and_the_median(tmp_path):
     out = run_script("benchmarks/bbb_step.py", "--quick", "--threads", "1", "--skip-step-timing", "--seeds", "0", "1",
                      "--max-steps", "100", "--targets", "-5", "0.6", cwd=tmp_path)
@@ -138,6 +140,7 @@ def test_the_correctness_check_catches_a_dropped_constant():
     assert res["meanfield"]["loss_rel"] > bench.LOSS_RTOL
 
 
+@pytest.mark.slow
 def test_gradient_clamp_script_runs_a_fit_per_clamp(tmp_path):
     out = run_script("benchmarks/gradient_clamp.py", "--clamps", "inf", "10", "--data", "sine", "--steps", "50",
                      "--set", "lr_hold=0", cwd=tmp_path)
@@ -146,6 +149,7 @@ def test_gradient_clamp_script_runs_a_fit_per_clamp(tmp_path):
     assert all(line.endswith("steps=50  lr_hold=0") for line in lines), lines
 
 
+@pytest.mark.slow
 def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
     script = SCRIPT.parent / "sine_gap.py"
     spec = importlib.util.spec_from_file_location("sine_gap_benchmark", script)
@@ -166,6 +170,7 @@ def test_sine_gap_script_parses_specs_and_prints_a_line_per_fit(tmp_path):
                                                     ["laplace-ggn:8:samples=20", "seed", "1"]]
 
 
+@pytest.mark.slow
 def test_compile_threshold_quick_run_prints_a_row_per_member(tmp_path):
     """benchmarks/compile_threshold.py on tiny runs (one process per model and mode): every member of the quick
     family sampled and its ratio printed."""
@@ -175,6 +180,7 @@ def test_compile_threshold_quick_run_prints_a_row_per_member(tmp_path):
     assert "auto's rule on the never-compiled run's steps" in out, out
 
 
+@pytest.mark.slow
 def test_compile_threshold_replays_auto_on_saved_steps(tmp_path):
     """--replay records per-draw steps (tiny runs), saves them, and a second run replays the rule on the saved
     steps at two thresholds: the same per-threshold lines both times."""
@@ -190,6 +196,7 @@ def test_compile_threshold_replays_auto_on_saved_steps(tmp_path):
     assert "compiles at never" in again.split("--- threshold 1000000")[1]
 
 
+@pytest.mark.slow
 def test_step_runtime_quick_run_times_the_ways_that_agree_and_the_traces(tmp_path):
     """benchmarks/step_runtime.py on small data: the operand costs, every model's leaf and merge (with some
     chains building or active; with all: the only forms one chain needs) timed four ways with the same outputs,
@@ -207,6 +214,7 @@ def test_step_runtime_quick_run_times_the_ways_that_agree_and_the_traces(tmp_pat
     assert "MISMATCH" not in out, out
 
 
+@pytest.mark.slow
 def test_speed_mcmc_quick_run_prints_its_ratios_and_the_means_agree(tmp_path):
     """benchmarks/speed_mcmc.py on tiny runs (zoo against Pyro's NUTS; NumPyro skipped): every ratio line
     is printed and every sampler's blr posterior means lie within Monte Carlo error of the exact ones; the first
@@ -228,6 +236,7 @@ def _load_sine_gap():
     return module
 
 
+@pytest.mark.slow
 def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_path):
     from pyro_bdl.models.bnn import IN_BETWEEN
 
@@ -252,6 +261,7 @@ def test_sine_gap_family_mode_fits_each_problem_and_prints_a_table_per_spec(tmp_
     assert bad.returncode == 2 and "indices in 0..11" in bad.stderr
 
 
+@pytest.mark.slow
 def test_dropout_variants_script_writes_the_digits_rows(tmp_path):
     """benchmarks/dropout_variants.py at the quick settings: one row per method spec (DropConnect's setting passed
     through), the learned rate per layer for concrete dropout, the table written; a bad spec is refused."""
@@ -269,6 +279,7 @@ def test_dropout_variants_script_writes_the_digits_rows(tmp_path):
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
 
 
+@pytest.mark.slow
 def test_gradient_variance_script_prints_the_ratio(tmp_path):
     out = run_script("scripts/gradient_variance.py", "--score", "50", "--reparam", "20", cwd=tmp_path)
     assert "variance ratio score / reparam" in out
@@ -286,6 +297,7 @@ def _write_idx(path, array) -> None:
         f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
+@pytest.mark.slow
 def test_sparse_vd_benchmark_prints_a_line_per_net_and_the_ratios(tmp_path):
     """benchmarks/sparse_vd.py on 200 made-up 28x28 images (10 classes, a class-dependent blob so that there
     is something to learn), one epoch: a line per net, the ratio lines, the paper's reference."""
@@ -312,6 +324,7 @@ def test_sparse_vd_benchmark_prints_a_line_per_net_and_the_ratios(tmp_path):
     assert "ratio sparse-vd/dense BBB [seconds per epoch, median of 1 rounds in turn] = " in out, out
 
 
+@pytest.mark.slow
 def test_sparse_vd_benchmark_fits_the_convolutional_net(tmp_path):
     import numpy as np
 
@@ -326,6 +339,7 @@ def test_sparse_vd_benchmark_fits_the_convolutional_net(tmp_path):
     assert "LeNet-5 dense 0.80%, sparse VD 0.75% at 280x" in out
 
 
+@pytest.mark.slow
 def test_vae_speed_quick_run_prints_the_ratio(tmp_path):
     out = run_script("benchmarks/vae_speed.py", "--quick", "--repeats", "2", cwd=tmp_path)
     assert "ratio zoo/hand = " in out and "ratio zoo jit/hand = " in out
@@ -333,6 +347,7 @@ def test_vae_speed_quick_run_prints_the_ratio(tmp_path):
         assert f"{path:<8} epoch: median" in out, out
 
 
+@pytest.mark.slow
 def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
     out = run_script("benchmarks/vae_mnist.py", "--quick", cwd=tmp_path)
     assert "| elbo | 3 |" in out and "| iwae (K=5) | 3 |" in out
@@ -340,17 +355,20 @@ def test_vae_mnist_quick_run_prints_both_tables(tmp_path):
         assert f"| {kind} | " in out
 
 
+@pytest.mark.slow
 def test_vae_defaults_quick_run_prints_a_row_of_the_grid(tmp_path):
     out = run_script("benchmarks/vae_defaults.py", "--quick", cwd=tmp_path)
     assert "| data | train rows | lr | epochs : patience |" in out and "| digits-01 | 1437 | 0.001 | 2 : 10 | 0 | 2 |" in out
 
 
+@pytest.mark.slow
 def test_ss_vae_quick_run_prints_the_three_classifiers(tmp_path):
     out = run_script("benchmarks/ss_vae.py", "--quick", cwd=tmp_path)
     assert "| ss-vae (M2) q(y \\| x), aux_weight " in out and " | 100 + unlabelled images | " in out
     assert "| the same network on the labels alone | 100 | " in out and "| logistic regression on a plain VAE" in out
 
 
+@pytest.mark.slow
 def test_ss_vae_curve_quick_run_writes_the_table_and_the_figure(tmp_path):
     out = run_script("benchmarks/ss_vae_curve.py", "--quick", "--seeds", "0", "1", "--out", str(tmp_path), cwd=tmp_path)
     table = (tmp_path / "ss_vae_curve.md").read_text()
@@ -376,12 +394,14 @@ def test_ss_vae_curve_quick_run_writes_the_table_and_the_figure(tmp_path):
     assert len(redone) == len(rows)
 
 
+@pytest.mark.slow
 def test_ss_vae_training_quick_run_prints_the_curve(tmp_path):
     out = run_script("benchmarks/ss_vae_training.py", "--quick", cwd=tmp_path)
     assert "| epoch | training loss / row | q(y \\| x) accuracy | argmax_c ELBO_c accuracy |" in out
     assert "\n| 2 | " in out, out
 
 
+@pytest.mark.slow
 def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):
     out = run_script("benchmarks/adaptive_depth.py", "--quick", "--out", str(tmp_path), cwd=tmp_path)
     assert "| digits | full-depth ResNet (MAP) |" in out and "| noisy digits | adaptive depth, marginal |" in out
@@ -392,6 +412,7 @@ def test_adaptive_depth_quick_run_prints_its_three_tables(tmp_path):
     assert "| digits | " in table and "noise sd 0.3: mean blocks" in table and "pyro-bdl fit adaptive-depth-resnet" in table
 
 
+@pytest.mark.slow
 def test_import_time_times_both_trees_and_names_no_heavy_module(tmp_path):
     """benchmarks/import_time.py against a reference tree (this one, laid out as installed): a line per version and
     command, the ratios, and no heavy module loaded by `import pyro_bdl` or `pyro-bdl list`."""
@@ -401,22 +422,26 @@ def test_import_time_times_both_trees_and_names_no_heavy_module(tmp_path):
     assert out.count("ratio this tree / reference") == 2
 
 
+@pytest.mark.slow
 def test_threads_benchmark_prints_its_table(tmp_path):
     out = run_script("benchmarks/threads.py", "--quick", cwd=tmp_path)
     assert out.count("| bnn-regressor") == 2 and out.count("| vae") == 2  # alone and beside a busy process
 
 
+@pytest.mark.slow
 def test_data_parallel_benchmark_prints_one_and_two_processes(tmp_path):
     out = run_script("benchmarks/data_parallel.py", "--quick", cwd=tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| vae") or line.startswith("| bnn")]
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2", "1", "2"]
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_or_says_there_is_no_gpu(tmp_path):
     out = run_script("benchmarks/gpu_check.py", cwd=tmp_path)
     assert "no CUDA GPU" in out or "OK " in out
 
 
+@pytest.mark.slow
 def test_pyro_examples_reference_quick_run_writes_the_summaries(tmp_path):
     """benchmarks/pyro_examples_reference.py on two examples, 2 chains x 30 draws: a line per example, and a JSON
     with Pyro's version, the settings and per site the summaries the tests read (the deterministic site too)."""
@@ -439,12 +464,14 @@ def test_pyro_examples_reference_quick_run_writes_the_summaries(tmp_path):
         assert math.isclose(e, th * t, rel_tol=1e-4), (e, th, t)
 
 
+@pytest.mark.slow
 def test_pyro_module_speed_benchmark_prints_both_models_alone_and_busy(tmp_path):
     out = run_script("benchmarks/pyro_module_speed.py", "--quick", cwd=tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| BayesianRegression") or line.startswith("| BNN")]
     assert [row.split("|")[2].strip() for row in rows] == ["alone", "beside a busy process"] * 2, out
 
 
+@pytest.mark.slow
 def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
     """benchmarks/svi_defaults_user.py --quick: one small model, svi and map at 300 steps against a small NUTS
     reference: a table row per fit and the false-alarm / hit tally."""
@@ -458,6 +485,7 @@ def test_svi_defaults_user_quick_run_prints_its_table(tmp_path):
     assert counted == 1, out
 
 
+@pytest.mark.slow
 def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
     """--replay tallies printed rows under the drift rule: a row at full pace counts as warned by the drift check
     (whatever its move), one that only jitters does not, until the threshold is lowered below its pace."""
@@ -472,6 +500,7 @@ def test_svi_defaults_user_replays_a_table_with_other_thresholds(tmp_path):
     assert "converged (conv < 0.5): 1, warned: 1 (drift check: 1)" in out, out
 
 
+@pytest.mark.slow
 def test_sbc_quick_run_writes_its_table_and_figures(tmp_path):
     """benchmarks/sbc.py on every case, 2 replications of short fits, L = 9: a row per case and site entry in
     sbc.md and a figure per case."""
@@ -488,6 +517,7 @@ def test_sbc_quick_run_writes_its_table_and_figures(tmp_path):
     assert len((tmp_path / "kept" / "sbc_coin.jsonl").read_text().splitlines()) == 3  # a header and 2 replications
 
 
+@pytest.mark.slow
 def test_active_learning_benchmark_writes_its_table_and_curves(tmp_path):
     rows = np.random.default_rng(0).normal(size=(80, 3))
     rows[:, 2] = rows[:, 0] - 0.5 * rows[:, 1]
@@ -502,6 +532,7 @@ def test_active_learning_benchmark_writes_its_table_and_curves(tmp_path):
     assert not list((tmp_path / "res").glob(".al-*"))  # the runs' checkpoints are gone once they end
 
 
+@pytest.mark.slow
 def test_laplace_calibration_quick_run_writes_its_table_and_diagnosis(tmp_path):
     """benchmarks/laplace_calibration.py on iris with quick settings: a row per method with the calibrated model's
     ECE quantile, the tallies, rows merged across runs, and the diagnosis section."""
@@ -520,6 +551,7 @@ def test_laplace_calibration_quick_run_writes_its_table_and_diagnosis(tmp_path):
     assert {len(r["row_ll"]) for r in state["rows"]} == {38}, state["rows"]
 
 
+@pytest.mark.slow
 def test_compare_examples_quick_run_writes_the_three_reports(tmp_path):
     """benchmarks/compare_examples.py --quick: a report folder per case (blr against exact, the user's eight schools
     and the network against NUTS)."""
@@ -531,6 +563,7 @@ def test_compare_examples_quick_run_writes_the_three_reports(tmp_path):
     assert "test_ll" in (tmp_path / "compare_bnn_sine" / "summary.csv").read_text()
 
 
+@pytest.mark.slow
 def test_mc_dropout_jit_quick_run_prints_a_row_with_both_fits(tmp_path):
     out = run_script("benchmarks/mc_dropout_jit.py", "--quick", cwd=tmp_path)
     row = next(line for line in out.splitlines() if line.startswith("| friedman-300 |"))
@@ -552,6 +585,7 @@ def test_uci_paired_prints_the_paired_differences_and_refuses_an_unknown_column(
     assert proc.returncode == 2 and "no rows of c; the folder has: a, b" in proc.stderr
 
 
+@pytest.mark.slow
 def test_uci_nuts_cost_prints_a_row_per_set_and_refuses_a_missing_one(tmp_path):
     rows = np.random.default_rng(0).normal(size=(40, 3))
     rows[:, 2] = rows[:, 0] - 0.5 * rows[:, 1]
@@ -568,6 +602,7 @@ def test_uci_nuts_cost_prints_a_row_per_set_and_refuses_a_missing_one(tmp_path):
     assert proc.returncode == 2 and "nope" in proc.stderr
 
 
+@pytest.mark.slow
 def test_uci_split_diagnosis_refits_the_tables_row_and_refuses_a_tuned_method(tmp_path):
     """The refit is the table's own fit: the same test LL as ``bench uci``'s row for the split."""
     rows = np.random.default_rng(0).normal(size=(40, 3))

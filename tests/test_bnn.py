@@ -20,6 +20,7 @@ from pyro_bdl.inference.guides import MeanFieldGuide
 from pyro_bdl.posterior.uncertainty import accuracy, rmse
 
 
+@pytest.mark.slow
 def test_map_fits_the_sine_curve_in_original_units():
     # MAP's loss still creeps down after 3000 steps (by more than its noise): the fit is good enough here
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
@@ -46,6 +47,7 @@ def test_predictions_answer_in_the_units_of_the_data():
     np.testing.assert_allclose(p2["sd"], p1["sd"] * 1000, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_minibatch_elbo_is_an_unbiased_estimate_of_the_full_elbo():
     """Blundell et al. Eq. 8: with the data plate subsampled, the likelihood is scaled by N / B so the
     minibatch ELBO has the full ELBO as its expectation (means agree within 4.5 standard errors)."""

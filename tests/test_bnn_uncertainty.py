@@ -41,6 +41,7 @@ def test_ensemble_is_uncertain_in_the_gap():
     assert check.ratio >= 2.0  # measured 5.00 (benchmarks/RESULTS.md)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inference", ["map", "mle"])
 def test_point_estimates_are_overconfident_in_the_gap(inference):
     """A point estimate has only the noise: the same sd in the gap as in the data, while its error there

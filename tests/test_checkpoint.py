@@ -31,6 +31,7 @@ class Interrupter:
 Y = torch.linspace(1.0, 3.0, 20)
 
 
+@pytest.mark.slow
 def test_svi_resumes_after_ctrl_c(tmp_path):
     ck = tmp_path / "svi.ckpt"
     first = Interrupter(at=1300)
@@ -77,6 +78,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
         Checkpoint(path, "run-b").load()
 
 
+@pytest.mark.slow
 def test_cli_interrupt_then_resume(tmp_path, capsys, monkeypatch):
     from pyro_bdl.cli import main
     from pyro_bdl.inference import svi

@@ -66,6 +66,7 @@ def test_describe_gives_flags_that_reproduce_the_in_between_settings(capsys):
         assert runner.resolve_settings(parse_key_values(args.set, "--set")) == runner.resolve_settings(entry["settings"])
 
 
+@pytest.mark.slow
 def test_fit_and_predict_end_to_end(tmp_path):
     """A real subprocess through the installed console script: fit with NUTS on a CSV, then predict."""
     df = _regression_csv(tmp_path / "train.csv")
@@ -99,6 +100,7 @@ def test_fit_and_predict_end_to_end(tmp_path):
     assert (np.abs(pred["mean"] - truth) < 4 * pred["sd"]).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,plot", [("svi", "loss.png"), ("map", "loss.png"), ("importance", "trace.png")])
 def test_fit_coin_writes_method_specific_files(method, plot, tmp_path, capsys):
     out = tmp_path / method
@@ -116,6 +118,7 @@ def test_fit_coin_writes_method_specific_files(method, plot, tmp_path, capsys):
     assert len(pred) == 2 and np.allclose(pred["mean"], pred["mean"][0])  # the same coin for every row
 
 
+@pytest.mark.slow
 def test_load_fit_round_trip(tmp_path):
     result = pyro_bdl.fit("blr", inference="map", progress=False, steps=1500)
     pyro_bdl.store.write_fit(result, tmp_path / "fit")
@@ -181,11 +184,13 @@ def test_missing_data_file_and_bad_predict_inputs(tmp_path, capsys):
     assert not (tmp_path / "p.csv").exists()
 
 
+@pytest.mark.slow
 def test_unknown_command_exits_nonzero(tmp_path):
     proc = run_cli("frobnicate", cwd=tmp_path)
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
 
 
+@pytest.mark.slow
 def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     out = tmp_path / "reg"
     assert main(["fit", "bnn-regressor", "--inference", "map", "--steps", "1500", "--out", str(out), "--no-progress"]) == 0
@@ -210,6 +215,7 @@ def test_network_fit_holds_out_data_and_plots(tmp_path, capsys):
     assert np.allclose(pred[[f"prob_{c}" for c in range(10)]].sum(axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [("fit", "coin", "--inference", "map", "--steps", "20", "--out", "fit", "--no-progress")])
 def test_cli_shows_no_arviz_notice(tmp_path, args):
     """ArviZ 0.2x prints a multi-line FutureWarning on its first import of the day (stamped in the user's

@@ -39,6 +39,7 @@ def blr_comparison():
                             progress=False)
 
 
+@pytest.mark.slow
 def test_blr_against_its_exact_posterior(blr_comparison):
     """laplace is exact on blr (a Gaussian posterior) up to the optimiser and its draws' Monte Carlo error; nuts within
     its Monte Carlo error from its measured ESS; map is a point: its mean error only."""
@@ -72,6 +73,7 @@ def normal_mean(y):
         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
 
 
+@pytest.mark.slow
 def test_a_users_program_against_nuts(tmp_path):
     """A user's program has no exact posterior: nuts is the reference (its draws), and laplace, exact for this
     Gaussian posterior, agrees with it within the Monte Carlo error of both."""

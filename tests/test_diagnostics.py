@@ -45,6 +45,7 @@ def test_mcmc_report_uses_unrounded_diagnostics():
     assert report.max_r_hat != round(report.max_r_hat, 2)
 
 
+@pytest.mark.slow
 def test_one_chain_report_warns_once_in_its_own_words():
     import arviz as az
 
@@ -120,6 +121,7 @@ def test_prior_proposal_collapses_on_informative_data():
     assert result.info.importance_ess < 10
 
 
+@pytest.mark.slow
 def test_compare_methods_and_loo():
     nuts = pyro_bdl.fit("coin", inference="nuts", progress=False)  # the defaults: 2 x 1000 draws, diagnostics pass
     fits = {
@@ -228,6 +230,7 @@ def test_unknown_settings_methods_and_guides_are_named():
         pyro_bdl.fit("coin", inference="map", options={"gamma": 1}, progress=False)
 
 
+@pytest.mark.slow
 def test_compare_loo_leaves_out_fits_with_too_few_draws():
     """PSIS-LOO from a handful of draws (an ensemble's members, a short chain) is the in-sample fit, not an
     estimate: such fits are left out, and the warning names them."""

@@ -142,6 +142,7 @@ def test_the_zoo_potential_is_minus_the_exact_marginal_density():
     assert potential.mode == "traced"  # the loop over chains, traced once
 
 
+@pytest.mark.slow
 def test_nuts_matches_the_exact_posterior(nuts_fit, exact):
     assert set(nuts_fit.samples) == {"w", "mu"}  # the assignments are summed out, not drawn
     _check_draws(nuts_fit, exact)
@@ -153,6 +154,7 @@ def test_hmc_matches_the_exact_posterior(exact):
     _check_draws(result, exact)
 
 
+@pytest.mark.slow
 def test_svi_sums_out_the_assignments(exact):
     """TraceEnum_ELBO with a Gaussian guide over (w, mu): its means within a quarter of a posterior sd of the exact
     ones (the Gaussian approximation's error on this near-Gaussian posterior, far above the draws' Monte Carlo

@@ -38,6 +38,7 @@ def blr():
     return data, options, fit
 
 
+@pytest.mark.slow
 def test_blr_exact_evidence_is_the_gaussian_marginal_of_y(blr):
     data, options, fit = blr
     reference = _blr_marginal(data.X, data.y, options["prior_scale"], options["noise"])
@@ -156,6 +157,7 @@ def test_laplace_ggn_evidence_is_of_the_data_in_their_own_units():
     assert fit.info.log_evidence == fit.info.laplace_log_marginal_likelihood  # standardised units there
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 def test_laplace_ggn_evidence_moves_by_the_jacobian_when_y_is_rescaled():
     """y -> c y + shift leaves the standardised data (so the fit) unchanged: log p(y) moves by -n log c.  With
@@ -171,6 +173,7 @@ def test_laplace_ggn_evidence_moves_by_the_jacobian_when_y_is_rescaled():
 # ------------------------------------------------------------------------------------------ where there is none
 
 
+@pytest.mark.slow
 def test_the_exact_source_is_refused_for_blr_with_an_unknown_noise_but_the_laplace_estimate_is_given():
     data, _ = blr_problem()
     fit = pyro_bdl.fit("blr", data, "laplace", options={"prior_scale": 1.0}, progress=False, steps=1500, samples=50)
@@ -205,6 +208,7 @@ def test_neither_a_method_estimate_nor_a_closed_form_is_a_clear_error():
         pyro_bdl.evidence(own, "exact")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
 def test_a_fit_loaded_from_its_directory_keeps_its_evidence(tmp_path):
     """``metrics.json`` keeps the method's estimate; the loaded fit answers with it (a network's: in data units)."""

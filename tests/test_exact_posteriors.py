@@ -84,6 +84,10 @@ KNOWN_SHORT = {
 }
 #: Slow methods and pairs (run with ``-m slow``).
 SLOW = {"bbvi", ("last-layer", "metropolis")}
+#: The fast tier checks each method on one model, the one where its check is cheapest (measured by
+#: ``pytest --durations=0 -m ""``: 1-10 s each); the others run with ``-m slow``.
+FAST_ON = {"nuts": "coin", "hmc": "coin", "metropolis": "coin", "importance": "coin", "svi": "coin",
+           "svi-meanfield": "last-layer", "laplace": "blr", "map": "blr"}
 #: The mode of a deterministic optimiser: float32 optimisation error, measured below 0.008 posterior sd.
 MODE_ALLOWANCE = 0.01
 
@@ -112,7 +116,8 @@ def pairs(*promises):
             if promise in promises:
                 # slow, not yet run with the warning as an error: shown, not hidden
                 marks = ([pytest.mark.slow, pytest.mark.filterwarnings("default::pyro_bdl.ConvergenceWarning")]
-                         if method in SLOW or (model, method) in SLOW else [])
+                         if method in SLOW or (model, method) in SLOW else
+                         [] if FAST_ON.get(method) == model else [pytest.mark.slow])
                 if (model, method) in KNOWN_SHORT:
                     marks.append(pytest.mark.xfail(strict=True, raises=AssertionError,
                                                    reason=KNOWN_SHORT[(model, method)]))
@@ -140,6 +145,10 @@ def test_every_method_declares_its_promise():
         assert not undeclared, f"{model}: declare in PROMISES what {undeclared} promise on an exact posterior"
     assert {"blr", "coin", "last-layer"} <= set(MODELS)
     assert gaussian_posterior("blr") and gaussian_posterior("last-layer") and not gaussian_posterior("coin")
+    fast = {p.values[1]: p.values[0] for p in pairs("moments", "gaussian", "means", "mode")
+            if not any(mark.name == "slow" for mark in p.marks)}
+    assert fast == {m: FAST_ON[m] for m, promise in PROMISES.items() if promise and m not in SLOW}, \
+        "each method with a promise is checked on one model in the fast tier: name it in FAST_ON"
 
 
 @pytest.mark.parametrize("model,method", pairs("moments", "gaussian"))
@@ -165,6 +174,7 @@ def test_point_estimate_is_the_mode(model, method):
         assert bool((err < MODE_ALLOWANCE).all()), (site, err)
 
 
+@pytest.mark.slow
 def test_meanfield_underestimates_correlated_sd():
     """The known failure of mean-field VI, shown rather than hidden: with correlated features the
     mean-field sd of w is below the exact sd (by more than the Monte Carlo error)."""

@@ -6,12 +6,14 @@ so must the two means of each other.
 """
 
 import numpy as np
+import pytest
 
 from pyro_bdl.studies.gradient_variance import compare_estimators
 
 K = 4.5
 
 
+@pytest.mark.slow
 def test_both_estimators_are_unbiased_and_reparam_has_lower_variance():
     out = compare_estimators("blr", num_score=1000, num_reparam=200)
     for name in ("score", "reparam"):

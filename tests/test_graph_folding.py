@@ -351,6 +351,7 @@ def test_the_nuts_steps_of_varied_models_fuse_and_run_by_the_static_runtime(case
         assert all(isinstance(f, torch._C.StaticModule) for f in fusion_of(potential).steps.values())
 
 
+@pytest.mark.slow
 def test_inductor_leaves_out_its_stride_checks_only_for_contiguous_inputs_and_outputs_and_caches_on_disk(
         tmp_path, monkeypatch):
     """fusion.inductor: an input that is not contiguous, or an output that is not (it could be fed back in),

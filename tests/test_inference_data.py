@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import arviz as az
 import pytest
+from conftest import one_of_each
 
 import pyro_bdl
 import pyro_bdl.data.embedded
@@ -25,7 +26,7 @@ def test_every_method_has_quick_settings():
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # smoke runs; the warnings: test_diagnostics
-@pytest.mark.parametrize("model,method", CASES)
+@pytest.mark.parametrize("model,method", one_of_each(CASES))
 def test_inference_data_groups(model, method, tmp_path):
     spec = pyro_bdl.get_model(model)
     options = SMALL if "hidden" in spec.options else None

@@ -27,6 +27,7 @@ from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.studies.gap import gap_report
 
 
+@pytest.mark.slow
 def test_recovers_the_exact_blr_posterior():
     data, options = PROBLEMS["blr"]()
     fit = pyro_bdl.fit("blr", data, inference="laplace", options=options, progress=False, steps=3000, samples=4000)
@@ -44,6 +45,7 @@ def test_recovers_the_exact_blr_posterior():
     assert torch.all((draws.mean(0) - mean).abs() < 4.5 * sd / math.sqrt(4000))
 
 
+@pytest.mark.slow
 def test_approximates_the_coin_beta_in_logit_coordinates():
     """Beta(a, b) in u = logit(pi) has density sigma(u)^a (1 - sigma(u))^b: mode log(a / b), curvature
     ab / (a + b).  The coin's posterior mean from the Laplace draws is then close to (not equal to) a / (a + b)."""
@@ -104,6 +106,7 @@ def test_laplace_ggn_names_a_bad_setting(settings, message, monkeypatch):
                      progress=False, **settings)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # the identities hold at any point the MAP reached
 def test_last_layer_ggn_laplace_is_the_exact_linear_regression_posterior_on_the_features():
     """With the other layers and the noise held at the MAP, the last layer of a ReLU net is Bayesian linear
@@ -168,6 +171,7 @@ def test_last_layer_ggn_of_a_classifier_is_the_hessian_of_its_negative_log_likel
     assert abs(curvature.log_likelihood + float(nll(flat))) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short MAP: what is saved matters here
 def test_a_saved_laplace_ggn_fit_predicts_the_same(tmp_path):
     """The linearisation point is saved with the fit (params.pt) and the loaded fit predicts through the same
@@ -285,6 +289,7 @@ def test_matches_laplace_torch_on_a_small_classifier():
     assert abs(float(slope)) < 1e-3, float(slope)
 
 
+@pytest.mark.slow
 def test_laplace_ggn_is_uncertain_in_the_sine_gap():
     """The linearised predictive widens in the gap of sine at the method's defaults (in-between uncertainty,
     which a one-layer mean-field or dropout posterior cannot show: tests/test_bnn_uncertainty.py)."""
@@ -343,6 +348,7 @@ def test_on_rows_is_the_model_of_those_rows():
     assert not torch.allclose(joint(model, X, y), joint(model, X[rows], y[rows]))
 
 
+@pytest.mark.slow
 def test_a_classifier_at_the_defaults_is_calibrated_and_beats_its_map():
     """At its defaults (the prior precision chosen by 5-fold cross-validation) laplace-ggn on a 5-class problem (750
     training rows, 250 test rows): an ECE below the 95% quantile of a perfectly calibrated model's with the same probabilities

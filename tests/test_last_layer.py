@@ -57,6 +57,7 @@ def _fit(method, **settings):
     return result, exact_posterior_of(result)  # on the standardised data the model saw
 
 
+@pytest.mark.slow
 def test_svi_full_rank_recovers_exact_posterior():
     result, exact = _fit("svi", guide="mvn", **SVI_RUN)
     for site, (mean, sd) in exact.items():
@@ -163,6 +164,7 @@ def test_principal_axes_are_fixed_by_the_training_inputs():
 MF_MEAN_ALLOWANCE, MF_SD_ALLOWANCE = 0.5, 0.1
 
 
+@pytest.mark.slow
 def test_svi_meanfield_reaches_the_mean_field_optimum():
     result = pyro_bdl.fit("last-layer", problem(), inference="svi-meanfield", options=OPTIONS, seed=0,
                           progress=False, samples=10)
@@ -176,6 +178,7 @@ def test_svi_meanfield_reaches_the_mean_field_optimum():
     assert (mf_sd / cov.diagonal().sqrt()).max() < 0.8  # and that optimum is narrower than the posterior
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # smoke runs; the warnings: test_diagnostics
 def test_every_method_runs_on_the_default_data():
     """The registry's methods on sine with a small feature map, on each method's smoke settings (structure
@@ -289,6 +292,7 @@ def test_unknown_option_and_bad_weights_file(tmp_path):
 
 # --------------------------------------------------------------------------- a trained feature map, saved and loaded
 
+@pytest.mark.slow
 def test_trained_feature_map_survives_write_and_load(tmp_path):
     """A given feature map travels as the model's parameters: params.pt holds its layers, metrics.json and the
     NetCDF attributes only a pointer, and the loaded fit predicts the same."""
@@ -346,6 +350,7 @@ def test_random_feature_map_is_a_parameter_of_the_model():
     assert torch.equal(result.params["phi.0.weight"], fm._random_layers(2, (4,), 0, 2.0)[0][0])
 
 
+@pytest.mark.slow
 def test_feature_map_from_a_fitted_network_directory(tmp_path):
     """``--option feature_weights=DIR``: the hidden layers of a map bnn-regressor fitted by the CLI,
     the same map train_feature_map gives for the same data, seed and settings."""
@@ -372,6 +377,7 @@ def test_feature_map_from_a_fitted_network_directory(tmp_path):
         pyro_bdl.get_model("last-layer").resolve_options({"feature_weights": str(svi)})
 
 
+@pytest.mark.slow
 def test_describe_and_default_cli_fit(tmp_path, capsys):
     assert main(["describe", "last-layer"]) == 0
     text = capsys.readouterr().out

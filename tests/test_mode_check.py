@@ -37,6 +37,7 @@ def _map(model, data, **settings):
     return result, [str(w.message) for w in caught if issubclass(w.category, pyro_bdl.ConvergenceWarning)]
 
 
+@pytest.mark.slow
 def test_centred_eight_schools_has_no_mode_and_the_warning_says_so():
     result, messages = _map(centred_schools, {"sigma": SCHOOLS_SIGMA, "y": SCHOOLS_Y})
     assert float(result.samples["tau"]) < 0.05  # collapsing, as the density leads it
@@ -47,6 +48,7 @@ def test_centred_eight_schools_has_no_mode_and_the_warning_says_so():
     assert "run more steps (--steps), a larger" not in message  # not the advice for an answer still on its way
 
 
+@pytest.mark.slow
 def test_a_concentration_running_to_infinity_is_found():
     example = EXAMPLES["partially_pooled"]
     result, messages = _map(example.model, example.data())
@@ -54,6 +56,7 @@ def test_a_concentration_running_to_infinity_is_found():
     assert any("'kappa' is running to inf" in m for m in messages), messages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["eight_schools_noncentered", "ruggedness", "pumps"])
 def test_a_density_with_a_mode_gives_no_such_warning(name):
     example = EXAMPLES[name]
@@ -61,6 +64,7 @@ def test_a_density_with_a_mode_gives_no_such_warning(name):
     assert result.diagnostics.no_mode is None and not any("edge of its support" in m for m in messages), messages
 
 
+@pytest.mark.slow
 def test_a_mode_close_to_the_edge_is_a_mode():
     """sigma's mode 0.05 lies within 1% of its prior's typical distance from 0 (HalfNormal(10): 6.7), but any
     move towards 0 lowers the density: no warning, and the fit is the mode sqrt(mean((y - 1)^2)) (with the prior's

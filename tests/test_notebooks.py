@@ -1,5 +1,5 @@
-"""Every notebook in notebooks/ runs top to bottom (with PYRO_BDL_SMOKE=1: tiny run lengths), and every cell
-that plots shows its figure, both in the committed file and when run."""
+"""Every notebook in notebooks/ runs top to bottom (with PYRO_BDL_SMOKE=1: tiny run lengths; in the slow tier), and
+every cell that plots shows its figure, both in the committed file and when run."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def test_committed_notebook_shows_every_figure(path):
     assert not cells_without_figures(nb), f"{path.name}: code cells that plot without an image output"
 
 
+@pytest.mark.slow  # 2-5 minutes for the six even at smoke lengths; the committed outputs are checked above
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("PYRO_BDL_SMOKE", "1")

@@ -206,6 +206,7 @@ def _constrained_data():
             "labels": torch.tensor([0, 0, 0, 1, 2, 2, 2, 2, 2, 2])}
 
 
+@pytest.mark.slow
 def test_constrained_sites_recover_the_conjugate_posterior_means():
     data = _constrained_data()
     zoo, _ = _run(constrained_model, data, chains=2, warmup=200, samples=400, seed=1)
@@ -286,6 +287,7 @@ def test_discrete_and_empty_models_are_refused():
         FlatPotential(no_latent, {"y": torch.tensor(1.0)})
 
 
+@pytest.mark.slow
 def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_stays_correct():
     def python_reading(y):
         mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
@@ -304,6 +306,7 @@ def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_s
     _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
 
 
+@pytest.mark.slow
 def test_a_model_reading_its_data_through_numpy_runs_vmapped_with_one_warning_and_new_data_counts():
     """The traced graph would hold the data read around torch as a constant, and a later fit on the shared potential
     (other values, the same shapes) would sample the first data's posterior: the trace is refused instead."""

@@ -22,6 +22,7 @@ def _theta(result):
     return np.concatenate([result.posterior_mean("w").numpy().reshape(-1), result.posterior_mean("b").numpy().reshape(-1)])
 
 
+@pytest.mark.slow
 def test_blr_map_is_ridge():
     data, options = PROBLEMS["blr"]()
     result = pyro_bdl.fit("blr", data, inference="map", options=options, progress=False)
@@ -29,6 +30,7 @@ def test_blr_map_is_ridge():
     np.testing.assert_allclose(_theta(result), ridge.numpy(), atol=ATOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [0.5, None])
 def test_blr_mle_is_least_squares(noise):
     data, options = PROBLEMS["blr"]()
@@ -42,6 +44,7 @@ def test_blr_mle_is_least_squares(noise):
         assert abs(float(result.posterior_mean("sigma")) - rms) < ATOL
 
 
+@pytest.mark.slow
 def test_map_and_mle_differ_by_the_prior():
     """A strong prior pulls MAP towards zero and leaves MLE alone."""
     data, options = PROBLEMS["blr"]()
@@ -51,6 +54,7 @@ def test_map_and_mle_differ_by_the_prior():
     assert np.linalg.norm(map_) < 0.5 * np.linalg.norm(mle)
 
 
+@pytest.mark.slow
 def test_coin_mle_is_sample_mean_and_map_is_mode():
     data, options = PROBLEMS["coin"]()
     k, n = float(data.y.sum()), len(data)
@@ -69,6 +73,7 @@ def test_point_estimates_are_one_labelled_draw():
     assert idata.posterior.attrs["point_estimate"] == 1 and idata.posterior.attrs["inference"] == "map"
 
 
+@pytest.mark.slow
 def test_mle_is_overconfident_on_few_tosses():
     """Three heads in three tosses: the MLE heads for pi = 1 (the next toss is heads for sure; the
     optimiser walks towards the boundary and ConvergenceWarning says it has not settled);

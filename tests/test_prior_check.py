@@ -29,17 +29,20 @@ def _warnings_of(data, method="map", **settings) -> list[str]:
             and "far out in the model's fixed priors" in str(w.message)]
 
 
+@pytest.mark.slow
 def test_data_in_natural_units_warn_and_name_the_site():
     data = _regression(0, 100, 2, 1.0, intercept=27.8, scale=5.0)  # an intercept 28 prior sds out
     found = _warnings_of(data)
     assert len(found) == 1 and "b (entry 0)" in found[0] and "pyro-bdl describe blr" in found[0]
 
 
+@pytest.mark.slow
 def test_a_wide_enough_prior_silences_it():
     data = _regression(0, 100, 2, 1.0, intercept=27.8, scale=5.0)
     assert _warnings_of(data, options={"prior_scale": 100.0, "noise": 1.0}) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,n,d,noise", [(s, n, d, e) for s, (n, d, e) in enumerate(
     itertools.product((20, 200), (1, 4), (0.1, 1.0)))])
 def test_no_warning_on_standardised_regressions(seed, n, d, noise):

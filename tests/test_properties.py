@@ -166,6 +166,7 @@ def _apply(fit: Path, kind: str, name: str, arg) -> None:
         idata.to_netcdf(str(path))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(hit=damage())
 def test_a_damaged_fit_loads_or_is_refused_naming_the_file(fit_dir, hit):

@@ -104,6 +104,7 @@ def _offset_model(X, y=None):
         return pyro.sample("y", dist.Normal(c + w * X[:, 0], 0.1), obs=y)
 
 
+@pytest.mark.slow
 def test_learned_parameters_are_saved_with_the_fit_and_restored(tmp_path):
     """A model's pyro.param sites travel in params.pt (read back with weights_only) and predictions use the
     fit's own values, whatever another fit has put in Pyro's param store since."""

@@ -18,6 +18,7 @@ def _rescaled(ds, scale, shift):
     return dataclasses.replace(ds, y=ds.y * scale + shift)
 
 
+@pytest.mark.slow
 def test_regression_metrics_are_in_the_units_of_the_target():
     """Fitting y and c*y + d gives the same standardised fit (same seed), so RMSE scales by c and
     the test log density per point drops by log c: a metric computed in standardised units would not move."""

@@ -87,6 +87,7 @@ def test_killed_after_a_periodic_checkpoint_resumes_exactly(monkeypatch, tmp_pat
     _same(reference, _resumed(monkeypatch, tmp_path, lambda m: _interrupt_svi_at(m, 27, Killed), Killed, **kw))
 
 
+@pytest.mark.slow
 def test_pyro_kernel_chains_resume_exactly(monkeypatch, tmp_path):
     kw = {"inference": "nuts", "samples": 30, "warmup": 20, "chains": 3, "kernel": "pyro", "progress": False, "seed": 1}
     reference = pyro_bdl.fit("blr", "linear", **kw)
@@ -250,6 +251,7 @@ def test_kill_9_at_a_random_point_then_rerun_ends_where_the_uninterrupted_run_en
     assert (reference / "summary.csv").read_bytes() == (out / "summary.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_checkpoint_and_the_same_command_resumes(tmp_path):
     """SIGTERM (what ``timeout`` and job schedulers send) is handled as Ctrl-C: the fit saves its checkpoint and the
     command exits 130 with nothing else written; the same command again resumes from it and finishes."""

@@ -181,6 +181,7 @@ def test_bad_options_are_clear_errors():
         pyro_bdl.fit("sparse-vd", inference="svi-meanfield", options={"prior_scale": 1}, progress=False)
 
 
+@pytest.mark.slow
 def test_cli_fit_and_predict_on_tiny_settings(tmp_path):
     out = tmp_path / "fit"
     cmd = [shutil.which("pyro-bdl") or str(Path(sys.executable).with_name("pyro-bdl"))]  # the installed script
@@ -238,6 +239,7 @@ def test_local_reparameterisation_of_a_convolution_has_the_weight_draws_moments(
     assert ((local.var(0) / v - 1).abs() < 5 * math.sqrt(4 / n)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # a short run: what runs, not how well
 def test_lenet5_prunes_its_kernels_and_draws_them_as_images(digits, tmp_path):
     train, test = digits

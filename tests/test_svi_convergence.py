@@ -45,6 +45,7 @@ def _benchmark():
 BENCH = _benchmark()
 
 
+@pytest.mark.slow
 def test_rugged_svi_at_the_user_defaults_matches_nuts():
     # the report: at the old defaults this ended about 7 posterior sds from NUTS, with no warning; now it
     # must land within the Monte Carlo error of the NUTS reference (and warn of nothing: warnings are errors here)
@@ -63,6 +64,7 @@ def test_rugged_svi_at_the_user_defaults_matches_nuts():
         assert 0.3 * ref["sd"] < sd < 1.2 * ref["sd"], (name, sd, ref["sd"])
 
 
+@pytest.mark.slow
 def test_a_too_short_run_warns_that_the_answer_is_still_moving():
     # the old schedule (rate decaying from the first step) at 600 steps: the intercept is still on its way from 0 to
     # about 9 when the rate has gone

@@ -56,6 +56,7 @@ def root(tmp_path):
     return tmp_path / "uci"
 
 
+@pytest.mark.slow
 def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["bench", "uci", "--root", str(root), "--methods", f"{MAP};{DROPOUT}", "--splits", "2", "--out",
@@ -82,6 +83,7 @@ def test_bench_uci_from_the_command_line_writes_the_table(root, tmp_path, capsys
     assert all(f"`{m}`" in (out / "uci.md").read_text() for m in (MAP, DROPOUT, *uci_bench.DEFAULT_METHODS))
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, monkeypatch):
     """Each fit's row is kept as it ends; the rerun makes only the missing fits, and the rows equal those of a run
     that was not interrupted (fixed seeds)."""
@@ -111,6 +113,7 @@ def test_an_interrupted_run_goes_on_and_gives_the_same_table(root, tmp_path, mon
     assert np.allclose(again.sort_values(key)["test_ll"], whole.sort_values(key)["test_ll"], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_report_covers_every_row_the_folder_holds_not_only_the_runs(root, tmp_path):
     """A run of one set and method into a folder holding another set's rows reports both sets and both methods;
     rows of a set whose folder is not under the root are kept in rows.csv and named in a note."""
@@ -128,6 +131,7 @@ def test_the_report_covers_every_row_the_folder_holds_not_only_the_runs(root, tm
     assert len(pd.read_csv(out / "rows.csv")) == 2
 
 
+@pytest.mark.slow
 def test_a_terminated_parallel_run_keeps_its_rows_writes_its_report_and_goes_on(root, tmp_path):
     """SIGTERM to a run of two worker processes (what a scheduler or ``timeout`` sends): it stops between two rows,
     ends its workers, keeps the rows made, writes the report and exits 130; the same command then makes only the
@@ -152,6 +156,7 @@ def test_a_terminated_parallel_run_keeps_its_rows_writes_its_report_and_goes_on(
     assert len(rows) == 5 and not rows.duplicated(["dataset", "split", "method"]).any()
 
 
+@pytest.mark.slow
 def test_a_finished_parallel_run_leaves_nothing_for_the_resource_tracker(root, tmp_path):
     """A run of two worker processes whose fits draw (disabled) progress bars ends without Python's resource tracker
     warning of leaked semaphores at exit: tqdm's default lock, a multiprocessing one made in each worker, was one."""
@@ -165,6 +170,7 @@ def test_a_finished_parallel_run_leaves_nothing_for_the_resource_tracker(root, t
     assert "resource_tracker" not in run.stderr and "leaked" not in run.stderr, run.stderr
 
 
+@pytest.mark.slow
 def test_parallel_processes_give_the_rows_of_one_process(root, tmp_path):
     one = uci_bench.run_uci(root, tmp_path / "one", ["yacht"], [MAP], progress=False)
     two = uci_bench.run_uci(root, tmp_path / "two", ["yacht"], [MAP], jobs="auto", progress=False)

@@ -40,6 +40,7 @@ def test_network_inference_data_is_in_the_datas_units(wide_data):
     assert idata.posterior_predictive["y"].values.std() > 20
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short fits: the scale is what is tested
 def test_compare_a_network_and_blr_on_the_same_data(wide_data):
     """elpd of both on one scale: each within a few nats per point of the truth's, the standardisation's

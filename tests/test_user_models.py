@@ -50,6 +50,7 @@ def test_user_model_posterior_mean(method, settings):
     assert abs(float(result.posterior_mean("mu")) - mean) < K * sd / math.sqrt(ess)
 
 
+@pytest.mark.slow
 def test_user_model_with_its_own_guide_and_prediction():
     y = _data()
 
@@ -154,6 +155,7 @@ def test_deterministic_site_is_in_the_posterior_not_the_likelihood(method, setti
     assert set(pred.log_likelihood) <= {"obs"}
 
 
+@pytest.mark.slow
 def test_a_compiled_fit_prints_no_deprecation_of_torchs_own(tmp_path):
     """Inductor's first import in a process warns of torch.jit.script_method (torch's own use, in
     torch.utils.mkldnn): nothing a user can act on.  In a fresh process (the import happens once), every warning
@@ -187,6 +189,7 @@ def test_a_reparameterised_site_is_not_a_likelihood_term():
     assert torch.allclose(theta, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     """init_to_prior_mean (where svi and map start on a user's program) spreads the entries of a plated site that
     share one prior mean evenly over +/- 0.2 prior sd: started equal, two mixture components stay one (a saddle point).  Pyro's GMM
@@ -243,6 +246,7 @@ def local_means_model(y, subsample_size=None):
         pyro.sample("obs", dist.Normal(theta, 1.0), obs=y[members])
 
 
+@pytest.mark.slow
 def test_svi_meanfield_fits_a_plated_user_program():
     """The mean-field guide draws a plated site inside the model's plate (it failed with 'invalid log_prob shape'
     before): posterior means within Monte Carlo error of the exact y_j / 2."""
@@ -253,6 +257,7 @@ def test_svi_meanfield_fits_a_plated_user_program():
     assert float(error) < K * math.sqrt(0.5) / math.sqrt(result.num_draws)
 
 
+@pytest.mark.slow
 def test_meanfield_guide_keeps_one_factor_per_member_of_a_subsampled_plate():
     """A subsampled plate: the guide holds a factor for each of the 20 groups and trains the 5 drawn at each step;
     every factor ends at the exact N(y_j / 2, 1/2).  Tolerance 0.1: the last Adam iterate's own noise (three seeds

@@ -138,6 +138,7 @@ def test_minibatch_losses_are_unbiased_for_the_full_data_loss(loss_name):
     assert abs(float(full.mean() - mini.mean())) < 4 * se
 
 
+@pytest.mark.slow
 def test_pyros_renyi_elbo_agrees_on_the_whole_data_but_not_on_minibatches():
     """The reason for IWAE_ELBO: RenyiELBO(alpha=0) is the same bound without subsampling, and puts the n / B
     factor inside the log-mean-exp with it."""
@@ -402,6 +403,7 @@ def test_kl_warmup_needs_a_model_that_takes_the_factor():
 
 # --------------------------------------------------------------------------- the semi-supervised VAE (M2)
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:y_unlabelled")  # Trace_ELBO draws the site marked for enumeration: on purpose
 def test_ss_vae_sums_out_unknown_labels_exactly():
     """TraceEnum_ELBO's loss with y enumerated equals the expectation over q(y | x) of the loss with y drawn
@@ -434,6 +436,7 @@ def test_ss_vae_learns_to_classify_from_few_labels():
     assert evaluate_classifier(fit, full)["test_rows"] == len(full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("likelihood", ["bernoulli", "gaussian"])
 def test_class_elbos_are_the_labelled_bound_of_each_class(likelihood):
     """ELBO_c(x) of models/ss_vae.class_elbos (analytic KL, many draws) against Trace_ELBO's labelled-row bound with
@@ -457,6 +460,7 @@ def test_class_elbos_are_the_labelled_bound_of_each_class(likelihood):
         assert abs(float(draws.mean()) - float(exact[c])) < 4 * se, (c, float(draws.mean()), float(exact[c]), se)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # the refused fit; the loss of 150 epochs
 def test_ss_vae_on_real_features_learns_their_clusters_from_few_labels():
     """M2 with a Gaussian p(x | y, z) (the second stage of M1+M2, fitted on codes): three well separated clusters in
@@ -503,6 +507,7 @@ def test_codes_are_an_amortised_fits_posterior_means_as_a_data_set():
         codes(blr, rows)
 
 
+@pytest.mark.slow
 def test_ss_vae_minibatch_losses_are_unbiased_for_the_full_data_loss():
     """Labelled and unlabelled rows are two plates, each subsampled and scaled to its size: E over minibatches (and
     draws) of the enumerated loss with batch_size 3 = the full-data loss (same parameters), classification term
@@ -556,6 +561,7 @@ def _pixel_files(tmp_path):
     return labelled, semi
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # runs of 1-2 epochs: the data path, not the fit
 def test_a_vae_fits_a_csv_of_pixels_without_a_target_and_predicts_another(tmp_path, capsys):
     import pandas as pd

@@ -248,6 +248,7 @@ def test_varied_data_gives_no_data_warning(tmp_path):
 
 # ---------------------------------------------------------------- (7) an --out directory that holds a fit
 
+@pytest.mark.slow
 def test_existing_fit_is_refused_without_force(tmp_path, capsys):
     data, out = _csv(tmp_path / "good.csv"), tmp_path / "fit"
     assert main(["fit", "blr", "--data", str(data), "--target", "y", "--out", str(out), *MAP]) == 0

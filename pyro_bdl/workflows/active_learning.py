@@ -24,7 +24,7 @@ Example
 >>> from pyro_bdl.data.embedded import split_dataset
 >>> pool, test = split_dataset(pyro_bdl.load("linear"), 0.3)
 >>> run = active_learning("blr", pool, "importance", "variance", test=test, initial=4, batch=2, rounds=2,
-...                       options={"noise": 0.5}, progress=False)
+...                       options={"noise": 0.5}, samples=500, progress=False)  # settings go to each fit
 >>> run.history[["round", "labelled"]].values.tolist()
 [[0, 4], [1, 6], [2, 8]]
 >>> sorted(run.history.columns[2:5])   # the held-out metrics of each round's fit
