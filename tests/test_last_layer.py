@@ -89,7 +89,8 @@ def trained_map():
         return ft.train_feature_map("sine", hidden=(50,), steps=2000)
 
 
-@pytest.mark.parametrize("features", ["random", pytest.param("trained", marks=pytest.mark.slow)])  # trained: 2000 MAP steps first (20-25 s)
+@pytest.mark.slow  # 15-25 s each (trained: 2000 MAP steps first); last-layer's fast exact check: test_exact_posteriors
+@pytest.mark.parametrize("features", ["random", "trained"])
 def test_svi_default_guide_recovers_exact_posterior_on_collinear_features(features, request):
     """``svi`` with the model's defaults (the principal-axes guide) on the default data, where a full-rank
     guide in w's own coordinates is far off (see pyro_bdl.inference.guides.PrincipalAxesGuide)."""
