@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -26,14 +28,59 @@ from pyro_bdl.inference.parallel.processes import current_group
 from pyro_bdl.storage.checkpoint import rng_state, set_rng_state
 
 
+def _nuts(model, *, target_accept, max_tree_depth, jit, full_mass):
+    return NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth, jit_compile=jit,
+                ignore_jit_warnings=True, full_mass=full_mass)
+
+
+def _hmc(model, *, target_accept, max_tree_depth, jit, full_mass):
+    return HMC(model, target_accept_prob=target_accept, jit_compile=jit, ignore_jit_warnings=True,
+               trajectory_length=math.pi / 2, full_mass=full_mass)
+
+
+def _random_walk(model, *, target_accept, max_tree_depth, jit, full_mass):
+    return RandomWalkKernel(model, target_accept_prob=0.234)
+
+
+def _tree_stats(kernel, leapfrogs: int) -> dict:
+    """NUTS: it builds its tree from base trees of one leapfrog step, so the count gives the depth."""
+    return {"step_size": float(kernel.step_size), "n_steps": leapfrogs,
+            "tree_depth": int(math.floor(math.log2(max(leapfrogs, 1)))) + 1}
+
+
+def _trajectory_stats(kernel, leapfrogs: int) -> dict:
+    return {"step_size": float(kernel.step_size), "n_steps": kernel.num_steps}
+
+
+def _random_walk_stats(kernel, leapfrogs: int) -> dict:
+    return {"step_size": pyro_internals.random_walk_step_size(kernel), "n_steps": 1}
+
+
+@dataclass(frozen=True)
+class PyroKernel:
+    """One of Pyro's MCMC kernels as ``kernel="pyro"`` runs it: ``build(model, **settings)`` makes it and
+    ``stats(kernel, leapfrogs)`` reads a draw's kernel-specific statistics (``leapfrogs`` counted only where
+    ``counts_leapfrogs``)."""
+
+    build: Callable
+    stats: Callable[[Any, int], dict]
+    counts_leapfrogs: bool = False
+
+
+#: The methods' kernels on Pyro's driver (the zoo's own NUTS and HMC: :data:`~pyro_bdl.inference.mcmc.sampler.KERNELS`).
+PYRO_KERNELS = {"nuts": PyroKernel(_nuts, _tree_stats, counts_leapfrogs=True),
+                "hmc": PyroKernel(_hmc, _trajectory_stats),
+                "metropolis": PyroKernel(_random_walk, _random_walk_stats)}
+
+
 class _StatsRecorder:
     """MCMC hook: after each post-warmup draw, read the kernel's state (through :mod:`~pyro_bdl.inference.pyro_internals`)."""
 
-    def __init__(self, kernel, name: str):
-        self.kernel, self.name = kernel, name
+    def __init__(self, kernel, kind: PyroKernel):
+        self.kernel, self.kind = kernel, kind
         self.rows = []
         self._leapfrogs = 0
-        if name == "nuts":  # count leapfrog steps: NUTS builds its tree from base trees of one step
+        if kind.counts_leapfrogs:
             pyro_internals.count_nuts_leapfrog_steps(kernel, self._count_leapfrog)
 
     def _count_leapfrog(self) -> None:
@@ -44,31 +91,13 @@ class _StatsRecorder:
         if stage != "Sample":
             return
         row = {"diverging": pyro_internals.divergence_count(kernel) > sum(r["diverging"] for r in self.rows)}
-        if self.name == "metropolis":
-            row.update(step_size=pyro_internals.random_walk_step_size(kernel), lp=-pyro_internals.potential_energy(kernel),
-                       n_steps=1)
-        else:
-            row.update(step_size=float(kernel.step_size), lp=-pyro_internals.potential_energy(kernel))
-            row["n_steps"] = n_steps if self.name == "nuts" else kernel.num_steps
-            if self.name == "nuts":
-                row["tree_depth"] = int(math.floor(math.log2(max(n_steps, 1)))) + 1
+        stats = self.kind.stats(kernel, n_steps)
+        row.update(step_size=stats.pop("step_size"), lp=-pyro_internals.potential_energy(kernel), **stats)
         self.rows.append(row)
         self.mean_accept_prob = pyro_internals.mean_accept_prob(kernel)
 
     def stats(self) -> dict:
         return {key: np.array([r[key] for r in self.rows]) for key in self.rows[0]}
-
-
-def _kernel(name: str, model, *, target_accept, max_tree_depth, jit, full_mass=False):
-    if name == "nuts":
-        return NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth, jit_compile=jit,
-                    ignore_jit_warnings=True, full_mass=full_mass)
-    if name == "hmc":
-        return HMC(model, target_accept_prob=target_accept, jit_compile=jit, ignore_jit_warnings=True,
-                   trajectory_length=math.pi / 2, full_mass=full_mass)
-    if name == "metropolis":
-        return RandomWalkKernel(model, target_accept_prob=0.234)
-    raise ValueError(f"unknown MCMC kernel '{name}'")
 
 
 def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains: int, progress: bool,
@@ -102,10 +131,11 @@ def run_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, chains:
     done = state["chains"]
     if done:
         set_rng_state(state["rng"])
+    kind = PYRO_KERNELS[name]
     for _ in range(len(done), chains):
-        kernel = _kernel(name, model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=as_flag(jit),
-                         full_mass=as_flag(full_mass))
-        recorder = _StatsRecorder(kernel, name)
+        kernel = kind.build(model, target_accept=target_accept, max_tree_depth=max_tree_depth, jit=as_flag(jit),
+                            full_mass=as_flag(full_mass))
+        recorder = _StatsRecorder(kernel, kind)
         mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, num_chains=1,
                     disable_progbar=not progress, hook_fn=recorder)
         mcmc.run(**data)
