@@ -99,7 +99,8 @@ CASES = [
     ("eight_schools_centered", "nuts-divergent", NUTS, ()),
     ("eight_schools_centered", "svi-runs", SVI, ()),
     ("eight_schools_centered", "map-degenerate", MAP, ()),
-    ("eight_schools_noncentered", "nuts", NUTS, ()),
+    # target_accept 0.95: at 0.8, 5 divergent transitions in 2 x 1000 draws in this environment (878c781 too)
+    ("eight_schools_noncentered", "nuts", {**NUTS, "target_accept": 0.95}, ()),
     ("eight_schools_noncentered", "svi-runs", SVI, ()),
     ("eight_schools_noncentered", "map-runs", MAP, ()),
     ("fully_pooled", "nuts", NUTS, ()),

@@ -139,7 +139,9 @@ def test_bbvi_on_eight_schools_at_the_user_defaults_matches_nuts():
     score-function optimiser's end noise."""
     schools = next(p for p in BENCH.PROBLEMS if p.name == "eight-schools")  # the check family's
     model, data = schools.model, schools.data(0)
-    nuts = pyro_bdl.fit(model, data, inference="nuts", progress=False, seed=0)
+    # the reference at target_accept 0.95: at 0.8 it drew 5 divergent transitions in this environment (the same
+    # draws at 878c781: the packages moved), and a ConvergenceWarning is an error here
+    nuts = pyro_bdl.fit(model, data, inference="nuts", progress=False, seed=0, target_accept=0.95)
     bbvi = pyro_bdl.fit(model, data, inference="bbvi", progress=False, seed=0)
     for site in ("mu", "tau"):
         ref = nuts.samples[site].double().reshape(-1)
