@@ -229,10 +229,10 @@ def test_the_engine_makes_no_tensor_on_a_fixed_device(model, method):
     from pyro_bdl.data.embedded import load
 
     data = load(pyro_bdl.get_model(model).default_data, None)
-    # where tensors are made does not depend on how many rows: 300 of digits' 1,797 (the GGN Laplace took
-    # 4 minutes on all of them at 50 hidden units, NUTS on the last layer's 50 features 25 s)
+    # where tensors are made depends neither on how many rows nor on how wide the net (the cost of the full sizes:
+    # benchmarks/RESULTS.md, "The test suite")
     data = dataclasses.replace(data, X=data.X[:300], y=None if data.y is None else data.y[:300])
-    options = {"hidden": "5"} if "hidden" in pyro_bdl.get_model(model).options else None  # nor on how wide
+    options = {"hidden": "5"} if "hidden" in pyro_bdl.get_model(model).options else None
     spy = _FactorySpy()
     with spy, warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -41,12 +41,11 @@ import pyro
 import torch
 from pyro.infer import TraceEnum_ELBO
 
-from pyro_bdl.inference.base import Draws
+from pyro_bdl.inference.base import Draws, as_flag
 from pyro_bdl.inference.callbacks import StepCallback
 from pyro_bdl.inference.marginal import estimate, plate_nesting
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.outputs import MethodInfo
-from pyro_bdl.inference.base import as_flag
 from pyro_bdl.inference.svi import ADAM_SETTINGS, Elbo, load_store_values, make_elbo, optimise, store_values
 from pyro_bdl.storage.checkpoint import kept_rng
 

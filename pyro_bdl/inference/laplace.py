@@ -425,7 +425,7 @@ def _register() -> None:
         {"steps": 2000, "lr": 0.01, "samples": 200, "subset": "all", "prior_precision": "auto", "validation": 0.2,
          "folds": 5, "predictive": "glm", **ADAM_SETTINGS},
         requires=frozenset({"continuous", "network"}), takes_init=True, predictive_model=linearised_predictive,
-        # quick: one held-out part, not five (each costs an eigendecomposition of the P x P GGN: 15 s for digits' net)
+        # quick: one held-out part, not five (each part costs a P x P eigendecomposition: RESULTS.md, "The test suite")
         quick={"steps": 100, "samples": 20, "folds": 1}, outputs=GGNLaplaceInfo))
 
 
