@@ -2,6 +2,7 @@
 
 The faces:
 
+* ``prepare``: a model and its data made ready to fit (the step ``fit`` and the workflows start with).
 * ``fit``: the one fit entry point, for zoo models and any Pyro model.
 * ``result``: ``FitResult``, what every fit returns.
 * ``registry``: the model registry, ``ModelSpec``, and what a fit will use (``resolve``).

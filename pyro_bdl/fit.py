@@ -12,144 +12,29 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import pandas as pd
 import pyro
 import torch
 
-from pyro_bdl.data.arguments import bind_arguments
-from pyro_bdl.data.checks import DataWarning, check_training_data
-from pyro_bdl.data.table import DataError, Dataset, as_model_kwargs, nan_check_kwargs
+from pyro_bdl.data.checks import DataWarning
+from pyro_bdl.data.table import DataError, nan_check_kwargs
 from pyro_bdl.data.task import Task
-from pyro_bdl.data.transforms import StandardizedModel, Standardizer
-from pyro_bdl.inference import latent_sites, model_params, observed_sites
+from pyro_bdl.inference import model_params
 from pyro_bdl.inference.base import RunContext, with_deterministic
-from pyro_bdl.inference.enumeration import enumerated_sites, model_traits
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, processes_methods
-from pyro_bdl.inference.parallel.devices import move_to, resolve_device
+from pyro_bdl.inference.parallel.devices import resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, join
-from pyro_bdl.inference.site_shapes import as_event_dims, unplated_sites
-from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
+from pyro_bdl.inference.parallel.threads import resolve_threads, using_threads
+from pyro_bdl.inference.prototype import Prototype, sharing
 from pyro_bdl.posterior.prior_check import prior_posterior_conflict
+from pyro_bdl.prepare import PreparedModel, prepare
 from pyro_bdl.registry import ModelSpec, resolve, spec_of, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
-from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint, kept_rng
+from pyro_bdl.storage.checkpoint import Checkpoint, fingerprint
 
 __all__ = ["fit"]
-
-
-@dataclass
-class _Prepared:
-    """A model ready to fit: its spec (None for a user's model), the bound model and the arguments the runner
-    gives it, and what the fit answers with: ``data`` in the data's units and ``standardized``, the bound model
-    wrapped in the standardising transform (None when the model works in the data's units)."""
-
-    spec: ModelSpec | None
-    model: Callable
-    kwargs: dict
-    dataset: Dataset | None = None
-    options: dict = field(default_factory=dict)
-    standardized: StandardizedModel | None = None
-    data: dict | None = None
-    #: the form of ``model`` the method runs, where it is not ``model`` itself (a user's batch dimensions outside
-    #: every plate declared event dimensions: :mod:`pyro_bdl.inference.site_shapes`)
-    run: Callable | None = None
-
-    @property
-    def standardizer(self) -> Standardizer | None:
-        return None if self.standardized is None else self.standardized.standardizer
-
-    def answer_model(self, observed: list[str]) -> Callable:
-        """The model the fit result predicts with, in the data's units: its observed sites mapped back."""
-        return self.model if self.standardized is None else self.standardized.with_sites(observed)
-
-
-def _prepare(model, data, target, options, device: torch.device, standardize_on=None) -> _Prepared:
-    """The model bound and its data on ``device`` (so the standardising transform's statistics are too), the inputs
-    standardised by the statistics of ``standardize_on`` (n', d) where given, else of the training rows."""
-    spec = spec_of(model)
-    if spec is not None:
-        if data is None:
-            data = spec.default_data
-        dataset = spec.load_data(data, target) if isinstance(data, (str, Path, pd.DataFrame)) else data
-        if isinstance(dataset, dict):
-            dataset = _arguments_as_dataset(spec, dataset)
-        if not isinstance(dataset, Dataset):
-            kwargs = move_to(as_model_kwargs(dataset), device)
-            return _Prepared(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
-        dataset = Dataset(dataset.name, dataset.X.to(device), None if dataset.y is None else dataset.y.to(device),
-                          dataset.feature_names, dataset.target_name)
-        if spec.data.target is not None and dataset.y is None:
-            raise DataError(f"{dataset.name}: no target column to fit on (model '{spec.name}' is supervised)")
-        if spec.data.check is not None:
-            spec.data.check(dataset)
-        regression = spec.data.task is Task.REGRESSION
-        # warns about constant columns (the inputs of a supervised model; a generative model of the columns, as the
-        # VAEs are, models a constant pixel as data)
-        check_training_data(dataset, regression=regression,
-                            features=spec.data.task.has_input_features)
-        resolved = spec.resolve_options(options)
-        if spec.data.infer_options is not None:  # options the data decide, e.g. the number of classes
-            resolved.update({k: v for k, v in spec.data.infer_options(dataset).items() if resolved.get(k) is None})
-        bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
-        if not spec.data.standardize:
-            return _Prepared(spec, bound, original, dataset, resolved)
-        standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None,
-                                        x_reference=_reference_inputs(standardize_on, dataset))
-        standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
-        return _Prepared(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
-    if options:
-        raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
-    bound, kwargs = bind_arguments(model, data.model_kwargs() if isinstance(data, Dataset) else data)
-    kwargs = move_to(kwargs, device)
-    unplated = unplated_sites(bound, kwargs)
-    return _Prepared(None, bound, kwargs, data if isinstance(data, Dataset) else None,
-                     run=as_event_dims(bound, unplated) if unplated else None)
-
-
-def _reference_inputs(inputs, dataset: Dataset) -> torch.Tensor | None:
-    """``standardize_on`` as a tensor like ``dataset.X`` (its device and dtype), checked: the same columns."""
-    if inputs is None:
-        return None
-    X = torch.as_tensor(inputs.X if isinstance(inputs, Dataset) else inputs).to(dataset.X)
-    if X.dim() != 2 or X.shape[1] != dataset.X.shape[1] or len(X) == 0:
-        raise DataError(f"standardize_on must be inputs (rows, {dataset.X.shape[1]}) like the data's, got shape "
-                        f"{tuple(X.shape)}")
-    return X
-
-
-def _arguments_as_dataset(spec: ModelSpec, data: dict) -> Dataset:
-    """A zoo model's data given as its keyword arguments (``{"X": X, "y": y}``: the names ``pyro-bdl describe``
-    gives) as a :class:`Dataset`, so that it is checked, standardised and decides options (the number of classes)
-    as a data set is."""
-    wanted = {spec.data.features, spec.data.target} - {None}
-    given = set(data) - ({spec.data.size} if spec.data.size is not None else set())
-    if given != wanted:
-        raise ValueError(f"model '{spec.name}' takes its data as {sorted(wanted)} (a dict of those tensors), got "
-                         f"{sorted(data)}; or pass a Dataset, a CSV path or an embedded data set's name")
-    target = None if spec.data.target is None else _argument_tensor(data, spec.data.target)
-    if spec.data.features is None:  # the coin: its flips are its data
-        X = torch.zeros(0 if target is None else len(target), 0)
-    else:
-        X = _argument_tensor(data, spec.data.features)
-        X = X if X.is_floating_point() else X.float()
-        if X.dim() != 2:
-            raise DataError(f"argument '{spec.data.features}' must be (rows, features), got shape {tuple(X.shape)}")
-    if target is not None and (target.dim() != 1 or len(target) != len(X)):
-        raise DataError(f"argument '{spec.data.target}' must be one value per row of '{spec.data.features}' ({len(X)}), got "
-                        f"shape {tuple(target.shape)}")
-    return Dataset("data", X, target, [f"x{j}" for j in range(X.shape[1])], spec.data.target)
-
-
-def _argument_tensor(data: dict, name: str) -> torch.Tensor:
-    try:
-        return torch.as_tensor(data[name])
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise DataError(f"argument '{name}' must be an array of numbers, got {type(data[name]).__name__}: "
-                        f"{error}") from None
 
 
 def fit(
@@ -220,12 +105,12 @@ def fit(
     init_loc_fn, plan = settings.pop("init_loc_fn", None), resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
     device, group = _placement(plan.method, device, threads)
-    prepared = _prepare(model, data, target, options, device, standardize_on)
+    prepared = prepare(model, data, target=target, options=options, device=device, standardize_on=standardize_on)
     _check_data(spec, plan.method, prepared, resolved)
     join(device)
     pyro.set_rng_seed(seed)
     pyro.clear_param_store()
-    observed = _checked_sites(prepared.model, prepared.kwargs, plan.method)
+    observed = _checked_sites(prepared.sites, plan.method)
     count = _thread_count(threads, prepared, resolved, group)
     record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
                           prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
@@ -234,7 +119,7 @@ def fit(
     start = time.perf_counter()
     context = RunContext(prepared.run or prepared.model, prepared.kwargs, progress and group.main, saver,
                          _runner_extra(plan, spec, prepared.model, init_loc_fn))
-    with using_threads(count):
+    with using_threads(count), sharing(prepared.sites, {prepared.model, context.model}, prepared.kwargs):
         draws = plan.method.execute(context, resolved)
         record.wall_seconds = time.perf_counter() - start
         result = _result(prepared, draws, observed, plan.method.name, record)
@@ -244,12 +129,14 @@ def fit(
     return result
 
 
-def _check_data(spec, method, prepared: _Prepared, resolved: dict) -> None:
+def _check_data(spec, method, prepared: PreparedModel, resolved: dict) -> None:
     """The data and the model checked for the method before anything runs: minibatches only for a model that takes
     them, no NaN, and a model the method suits (a user's model: its traits read from a trace)."""
+    if spec is not None and spec.data.target is not None and prepared.dataset is not None and prepared.dataset.y is None:
+        raise DataError(f"{prepared.dataset.name}: no target to fit on (model '{spec.name}' is supervised)")
     _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
     nan_check_kwargs(prepared.kwargs)
-    _check_traits(spec, method, prepared.model, prepared.kwargs)
+    _check_traits(spec, method, prepared.sites)
 
 
 def _runner_extra(plan, spec, bound, init_loc_fn) -> dict:
@@ -277,28 +164,30 @@ def _placement(method, device, threads):
     return device, group
 
 
-def _thread_count(threads, prepared: _Prepared, resolved: dict, group) -> int:
-    """``threads`` as a count: for ``"auto"``, chosen from the model's largest operation (one trace of it, whose
-    draws move none of the fit's random streams) and the cores this process shares."""
-    with kept_rng():
-        work = largest_op(prepared.model, prepared.kwargs, resolved.get("batch_size"))
-    return resolve_threads(threads, work, processes=group.local_world)
+def _thread_count(threads, prepared: PreparedModel, resolved: dict, group) -> int:
+    """``threads`` as a count: for ``"auto"``, chosen from the model's largest operation (its prototype trace's
+    largest site times the rows a step sees) and the cores this process shares."""
+    rows = resolved.get("batch_size")
+    if rows is None:
+        tensors = [v for v in prepared.kwargs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        rows = max((len(v) for v in tensors), default=1)
+    return resolve_threads(threads, float(prepared.sites.largest_site) * max(int(rows), 1), processes=group.local_world)
 
 
-def _check_traits(spec: ModelSpec | None, method, model, kwargs: dict) -> None:
-    """A user's model's traits, read from one trace (:func:`~pyro_bdl.inference.enumeration.model_traits`: a discrete
-    latent site must be marked for enumeration), checked against the method before anything runs: a method that
-    refuses them (``enumerated``: it cannot sum the sites out) is an error naming the methods that can.  A zoo
-    model's declared traits were checked by :func:`~pyro_bdl.registry.resolve`."""
+def _check_traits(spec: ModelSpec | None, method, sites: Prototype) -> None:
+    """A user's model's traits, read from its prototype trace (:attr:`~pyro_bdl.inference.prototype.Prototype.traits`:
+    a discrete latent site must be marked for enumeration), checked against the method before anything runs: a
+    method that refuses them (``enumerated``: it cannot sum the sites out) is an error naming the methods that can.
+    A zoo model's declared traits were checked by :func:`~pyro_bdl.registry.resolve`."""
     if spec is not None:
         return
-    traits = model_traits(model, kwargs)
+    traits = sites.traits
     refused = method.refuses & traits
     if refused:
-        sites = ", ".join(f"'{s}'" for s in enumerated_sites(model, kwargs))
+        names = ", ".join(f"'{s}'" for s in sites.enumerated)
         suits = [name for name, m in METHODS.items() if not m.refuses & traits]
         raise ValueError(f"inference '{method.name}' cannot fit this model: it is {', '.join(sorted(refused))} "
-                         f"(its discrete latent sites {sites} are summed out by enumeration, which "
+                         f"(its discrete latent sites {names} are summed out by enumeration, which "
                          f"'{method.name}' does not do); the methods that suit it: {', '.join(suits)}")
 
 
@@ -309,18 +198,16 @@ def _check_processes(method, group) -> None:
                          f"{', '.join(processes_methods())} (the others run on one: drop --nproc / torchrun)")
 
 
-def _checked_sites(model, kwargs: dict, method) -> list[str]:
+def _checked_sites(sites: Prototype, method) -> list[str]:
     """The model's observed sites; an error for a model with none, or with nothing to infer (no latent sample site
     and no ``pyro.param`` site).  A model whose only unknowns are ``pyro.param`` sites is fitted by the methods that
     optimise them (:attr:`~pyro_bdl.inference.method.Method.learns_params`); beside latent sites, a method that
     does not optimise them holds them at their values, with a warning that says so."""
-    observed = observed_sites(model, kwargs)
-    if not observed:
+    if not sites.observed:
         raise ValueError("the model has no observed sample site: pass the observations in data")
-    with pyro.get_param_store().scope(), kept_rng():  # the initial values, read without keeping them or drawing
-        params = sorted(model_params(model, kwargs))
+    params = sorted(sites.params)
     learners = [name for name, m in METHODS.items() if m.learns_params and m.requires <= {"continuous", "low-dimensional"}]
-    if not latent_sites(model, kwargs):
+    if not sites.latent:
         if not params:
             raise ValueError("the model has no latent sample site and no pyro.param site: nothing to infer")
         if not method.learns_params:
@@ -330,7 +217,7 @@ def _checked_sites(model, kwargs: dict, method) -> list[str]:
         warnings.warn(f"the model's pyro.param sites ({', '.join(params)}) are held at their initial values by "
                       f"'{method.name}', which samples only the sample sites; give them a prior (pyro.sample) to infer "
                       f"them, or fit with a method that optimises them ({', '.join(learners)})", UserWarning, stacklevel=3)
-    return observed
+    return list(sites.observed)
 
 
 def _check_prior_scale(result: FitResult) -> None:
@@ -365,7 +252,7 @@ def _checkpoint(path, plan, record: FitRecord, kwargs: dict, guide, model) -> Ch
     ))
 
 
-def _result(prepared: _Prepared, draws, observed: list[str], inference: str, record: FitRecord) -> FitResult:
+def _result(prepared: PreparedModel, draws, observed: list[str], inference: str, record: FitRecord) -> FitResult:
     """The :class:`FitResult` of a run's draws: the model's local latents left out, what the model makes of the
     draws (its ``posterior`` hook, e.g. pruning), its deterministic sites computed, its learned parameters kept."""
     spec, bound, kwargs = prepared.spec, prepared.model, prepared.kwargs

@@ -74,7 +74,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(line, tmp_path):
         return pool.y[torch.as_tensor(rows)].numpy()
 
     stop = [True]
-    checkpoint = tmp_path / "run.json"
+    checkpoint = tmp_path / "run.jsonl"
     kwargs = dict(acquisition="variance", test=test, initial=4, batch=3, rounds=3, oracle=oracle, **FAST)
     with pytest.raises(KeyboardInterrupt):
         active_learning("blr", unlabelled, checkpoint=checkpoint, **kwargs)
@@ -91,9 +91,12 @@ def test_an_interrupted_run_resumes_where_it_stopped(line, tmp_path):
 
 def test_a_checkpoint_of_another_run_is_refused(line, tmp_path):
     pool, test = line
-    checkpoint = tmp_path / "run.json"
-    checkpoint.write_text('{"fingerprint": "something else", "order": [], "labels": [], "rows": []}')
+    checkpoint = tmp_path / "run.jsonl"
+    checkpoint.write_text('{"run": "active-learning", "fingerprint": "something else"}\n')
     with pytest.raises(ValueError, match="holds another run"):
+        active_learning("blr", pool, acquisition="random", initial=2, batch=1, rounds=1, checkpoint=checkpoint, **FAST)
+    checkpoint.write_text('{"run": "sbc", "fingerprint": "something else"}\n')  # another workflow's log
+    with pytest.raises(ValueError, match="holds no active-learning run log"):
         active_learning("blr", pool, acquisition="random", initial=2, batch=1, rounds=1, checkpoint=checkpoint, **FAST)
 
 

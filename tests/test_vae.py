@@ -95,12 +95,17 @@ def test_the_trained_encoders_elbo_lies_below_the_exact_marginal_and_the_estimat
     fit, data = linear_fit
     x = data.X[:40]
     exact = exact_log_px(fit, x)
-    many, few = estimate_rows(fit, x, particles=4000), estimate_rows(fit, x, particles=5)
-    # the ELBO (its mean over 4000 draws: Monte Carlo error below 0.05 nats here) is below log p(x) on every row
-    assert bool((many.elbo < exact + 0.05).all()) and float((exact - many.elbo).mean()) > 0.05
+    # few: 2 draws per estimate, each row estimated 400 times (the mean gap's Monte Carlo error ~0.002 nats, against
+    # an expected gap of about var(w)/4 ~ 0.01 for an encoder as good as this one's, whose ELBO gap is ~0.03)
+    many, few = estimate_rows(fit, x, particles=4000), estimate_rows(fit, x.repeat(400, 1), particles=2)
+    # the ELBO (its mean over 4000 draws: Monte Carlo error below 0.05 nats here) is below log p(x) on every row, and
+    # on average beyond its Monte Carlo error (the weights are near-constant, so log p_hat's error is the ELBO's too):
+    # the trained encoder leaves a gap for the estimate to close
+    mean_se = float(many.log_px_se.pow(2).sum().sqrt()) / len(x)
+    assert bool((many.elbo < exact + 0.05).all()) and float((exact - many.elbo).mean()) > 5 * mean_se
     # the estimate lies between: E log p_hat <= log p (beyond its error), and more draws close more of the gap
     assert bool((many.log_px < exact + 4.5 * many.log_px_se).all())
-    gap_many, gap_few = float((exact - many.log_px).mean()), float((exact - few.log_px).mean())
+    gap_many, gap_few = float((exact - many.log_px).mean()), float((exact.repeat(400) - few.log_px).mean())
     assert gap_many < gap_few < float((exact - many.elbo).mean())
     # the fit learned the data: its marginal gives these rows about -7.7 nats each (an untrained decoder far less)
     assert float(exact.mean()) > -9.0

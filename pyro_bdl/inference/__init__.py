@@ -21,6 +21,7 @@ What they share:
 
 * ``method``: the method table, ``Method``, settings and their domains.
 * ``base``: what every runner returns (``Draws``), and site bookkeeping.
+* ``prototype``: one trace of a model, read for its sites, parameters, plates and supports once per fit.
 * ``outputs``: typed records a method returns beside its draws, and the one way they are written to and read from
   ``metrics.json``.
 * ``diagnose``: each method family's check of its own fit: the loss, chain and importance-weight reports.

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import pyro
 import torch
 from pyro import poutine
-from pyro.poutine.util import site_is_subsample
 
-from pyro_bdl.inference.pyro_internals import is_deterministic
+from pyro_bdl.inference.prototype import prototype_of
 
 __all__ = ["Choice", "ConvergenceWarning", "Draws", "RunContext", "as_flag", "deterministic_sites", "latent_sites", "observed_sites", "with_deterministic",
            "model_params", "takes_minibatches"]
@@ -92,32 +92,20 @@ class Draws:
     params: dict = field(default_factory=dict)
 
 
-def _trace(model, data: dict):
-    with torch.no_grad():
-        return poutine.trace(poutine.block(model, hide_types=["param"])).get_trace(**data)
-
-
 def latent_sites(model, data: dict) -> list[str]:
-    """Names of the model's latent (unobserved, non-auxiliary) sample sites."""
-    return [
-        name
-        for name, site in _trace(model, data).nodes.items()
-        if site["type"] == "sample"
-        and not site["is_observed"]
-        and not site_is_subsample(site)
-        and not site["infer"].get("is_auxiliary")
-    ]
+    """Names of the model's latent (unobserved, non-auxiliary) sample sites (its prototype trace,
+    :mod:`pyro_bdl.inference.prototype`)."""
+    return prototype_of(model, data).latent
 
 
 def observed_sites(model, data: dict) -> list[str]:
     """Names of the model's observed sample sites (the likelihood terms; not ``pyro.deterministic`` sites)."""
-    return [name for name, site in _trace(model, data).nodes.items()
-            if site["type"] == "sample" and site["is_observed"] and not is_deterministic(site)]
+    return prototype_of(model, data).observed
 
 
 def deterministic_sites(model, data: dict) -> list[str]:
     """Names of the model's ``pyro.deterministic`` sites (functions of the latents: posterior, not likelihood)."""
-    return [name for name, site in _trace(model, data).nodes.items() if is_deterministic(site)]
+    return prototype_of(model, data).deterministic
 
 
 @torch.no_grad()
@@ -140,10 +128,11 @@ def with_deterministic(model, data: dict, samples: dict) -> dict:
 
 def model_params(model, data: dict) -> dict:
     """The model's own learned parameters (its ``pyro.param`` and ``pyro.module`` sites, not a guide's):
-    name -> constrained value, detached.  Empty for a model whose every unknown is a sample site."""
-    with torch.no_grad():
-        trace = poutine.trace(model).get_trace(**data)
-    return {name: site["value"].detach().clone() for name, site in trace.nodes.items() if site["type"] == "param"}
+    name -> constrained value, detached: the param store's where it holds the site, else the initial value.  Empty
+    for a model whose every unknown is a sample site."""
+    store = pyro.get_param_store()
+    return {name: (store[name] if name in store else initial).detach().clone()
+            for name, initial in prototype_of(model, data).params.items()}
 
 
 class ConvergenceWarning(UserWarning):

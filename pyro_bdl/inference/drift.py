@@ -62,11 +62,10 @@ from dataclasses import dataclass
 import pyro
 import torch
 from pyro import poutine
-from pyro.poutine.util import site_is_subsample
-from torch.distributions import biject_to
 
 from pyro_bdl.inference.callbacks import StepCallback
 from pyro_bdl.inference.outputs import MethodInfo
+from pyro_bdl.inference.prototype import prototype_of
 from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["DriftRecord", "DriftTracker", "drift_record", "still_moving", "t_threshold", "EARLY", "LATE", "BATCHES", "DRAWS",
@@ -300,17 +299,7 @@ def _with_params(values: dict):
 
 def _supports(model, data: dict) -> dict:
     """Latent site -> the bijection from its unconstrained space (only sites with one)."""
-    with poutine.block(), torch.no_grad():
-        trace = poutine.trace(model).get_trace(**data)
-    out = {}
-    for name, site in trace.nodes.items():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site) or site["infer"].get("is_auxiliary"):
-            continue
-        try:
-            out[name] = biject_to(site["fn"].support)
-        except NotImplementedError:  # a discrete site: nothing to measure a move in
-            continue
-    return out
+    return prototype_of(model, data).supports
 
 
 @torch.no_grad()

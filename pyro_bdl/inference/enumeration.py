@@ -59,77 +59,33 @@ from pyro.ops.contract import contract_to_tensor
 from pyro.ops.packed import unpack
 from pyro.poutine.util import site_is_subsample
 
+from pyro_bdl.inference.prototype import ENUMERATED, is_enumerated, is_latent, plate_nesting, prototype_of
+
 __all__ = ["ENUMERATED", "model_traits", "enumerated_sites", "enumeration_of", "is_enumerated", "plate_nesting",
            "enumerating",
            "marginal_log_likelihood", "discrete_draws"]
 
-#: The trait of a model with enumerated discrete latent sites (:func:`model_traits`).
-ENUMERATED = "enumerated"
-
-
-def _trace(model, data: dict):
-    """One run of ``model(**data)``, hidden from any handler outside (its parameters made, not recorded)."""
-    with torch.no_grad(), poutine.block():
-        return poutine.trace(poutine.block(model, hide_types=["param"])).get_trace(**data)
-
-
-def _latent(site) -> bool:
-    return (site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site)
-            and not site["infer"].get("is_auxiliary"))
-
-
-def is_enumerated(site) -> bool:
-    """Whether a trace's sample site is marked for enumeration (``infer={"enumerate": "parallel"}`` or
-    ``"sequential"``) and discrete."""
-    fn = site["fn"]
-    return site["infer"].get("enumerate") in ("parallel", "sequential") and fn.support.is_discrete \
-        and fn.has_enumerate_support
-
-
-def _enumerated_in(trace, strict: bool) -> list[str]:
-    found = []
-    for name, site in trace.nodes.items():
-        if not _latent(site) or not site["fn"].support.is_discrete:
-            continue
-        if is_enumerated(site):
-            found.append(name)
-        elif strict:
-            raise ValueError(
-                f"latent site '{name}' is discrete ({type(site['fn']).__name__}) and not marked for enumeration: "
-                "mark it so that the fit sums it out (decorate the model with @pyro.infer.config_enumerate, or "
-                "pass infer={'enumerate': 'parallel'} to its pyro.sample)"
-                + ("" if site["fn"].has_enumerate_support else
-                   "; its distribution has infinite support, so it cannot be enumerated: sum it out by hand"))
-    return found
-
-
 def enumerated_sites(model, data: dict, strict: bool = True) -> list[str]:
-    """The names of the latent sites ``model(**data)`` marks for enumeration (one trace).  ``strict``: a discrete
-    latent site that is not marked is a ``ValueError`` (else it is left out)."""
-    return _enumerated_in(_trace(model, data), strict)
+    """The names of the latent sites ``model(**data)`` marks for enumeration (its prototype trace,
+    :mod:`pyro_bdl.inference.prototype`).  ``strict``: a discrete latent site that is not marked is a
+    ``ValueError`` (else it is left out)."""
+    return prototype_of(model, data).enumerated_sites(strict)
 
 
 def model_traits(model, data: dict) -> frozenset:
-    """What a user's model is, from one trace of ``model(**data)``: ``{"continuous"}`` when every latent site is
-    continuous, ``{"continuous", "enumerated"}`` when the discrete ones are all marked for enumeration (they are
-    summed out; the sites left are continuous); a ``ValueError`` naming a discrete latent site that is not."""
-    return frozenset({"continuous"} | ({ENUMERATED} if enumerated_sites(model, data) else set()))
+    """What a user's model is, from its prototype trace: ``{"continuous"}`` when every latent site is continuous,
+    ``{"continuous", "enumerated"}`` when the discrete ones are all marked for enumeration (they are summed out; the
+    sites left are continuous); a ``ValueError`` naming a discrete latent site that is not."""
+    return prototype_of(model, data).traits
 
 
 def enumeration_of(model, data: dict) -> tuple[list[str], int | None]:
     """The sites ``model(**data)`` marks for enumeration and, where it has any, its plate nesting (what
-    ``TraceEnum_ELBO`` takes as ``max_plate_nesting``): ``([], None)`` for a model without (one trace; an unmarked
-    discrete site is left out, as :func:`enumerated_sites` with ``strict=False``)."""
-    trace = _trace(model, data)
-    names = _enumerated_in(trace, strict=False)
-    return names, plate_nesting(trace) if names else None
-
-
-def plate_nesting(trace) -> int:
-    """How many plates of a trace nest (the leftmost vectorised plate dim, negated): enumeration goes left of
-    them."""
-    return max((-f.dim for site in trace.nodes.values() if site["type"] == "sample"
-                for f in site["cond_indep_stack"] if f.vectorized and f.dim is not None), default=0)
+    ``TraceEnum_ELBO`` takes as ``max_plate_nesting``): ``([], None)`` for a model without (an unmarked discrete
+    site is left out, as :func:`enumerated_sites` with ``strict=False``)."""
+    prototype = prototype_of(model, data)
+    names = prototype.enumerated
+    return names, prototype.plate_nesting if names else None
 
 
 def _parallel(model, names):
@@ -199,7 +155,7 @@ def _flat_draws(samples: dict, reference, skip) -> tuple[int, int, dict]:
     ``skip``: not the enumerated sites, nor deterministic sites computed from the draws."""
     first = next(iter(samples.values()))
     chains, num = first.shape[:2]
-    keep = {name for name, site in reference.nodes.items() if _latent(site) and name not in skip}
+    keep = {name for name, site in reference.nodes.items() if is_latent(site) and name not in skip}
     return chains, num, {k: v.reshape((chains * num,) + tuple(v.shape[2:])) for k, v in samples.items() if k in keep}
 
 
@@ -213,8 +169,8 @@ def marginal_log_likelihood(model, samples: dict, data: dict, sites: list[str]) 
     graph of tensor operations (:func:`~pyro_bdl.inference.compile.fastest.fastest`: Pyro's handlers run once)
     and the graph runs on every draw, checked against the eager run at the first and last draws; else (or where
     tracing fails) the model runs once per draw, a shared site drawn from its posterior first."""
-    reference = _trace(model, data)
-    names = _enumerated_in(reference, strict=False)
+    prototype = prototype_of(model, data)
+    reference, names = prototype.trace, prototype.enumerated
     nesting = plate_nesting(reference)
     chains, num, flat = _flat_draws(samples, reference, set(names))
     shapes = {s: tuple(reference.nodes[s]["fn"].log_prob(reference.nodes[s]["value"]).shape) for s in sites}
@@ -287,8 +243,8 @@ def discrete_draws(model, samples: dict, data: dict, temperature: int = 1) -> di
     Empty for a model that enumerates nothing."""
     if temperature not in (0, 1):
         raise ValueError(f"temperature must be 1 (posterior draws) or 0 (the most probable values), got {temperature!r}")
-    reference = _trace(model, data)
-    names = _enumerated_in(reference, strict=False)
+    prototype = prototype_of(model, data)
+    reference, names = prototype.trace, prototype.enumerated
     if not names:
         return {}
     nesting = plate_nesting(reference)

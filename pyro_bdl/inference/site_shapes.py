@@ -24,30 +24,18 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from pyro import poutine
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.util import site_is_subsample
+
+from pyro_bdl.inference.prototype import prototype_of
 
 __all__ = ["unplated_sites", "as_event_dims"]
 
 
 def unplated_sites(model: Callable, data: dict) -> dict:
     """Sample site -> how many of its rightmost batch dimensions lie outside every plate (and are not all of
-    size 1), from one trace of ``model(**data)``; the sites that have none are left out."""
-    with poutine.block():
-        trace = poutine.trace(model).get_trace(**data)
-    found = {}
-    for name, site in trace.nodes.items():
-        if site["type"] != "sample" or site_is_subsample(site):
-            continue
-        shape = site["fn"].batch_shape
-        plated = {frame.dim for frame in site["cond_indep_stack"] if frame.vectorized and frame.dim is not None}
-        k = 0
-        while k < len(shape) and -(k + 1) not in plated:
-            k += 1
-        if k and any(size != 1 for size in shape[len(shape) - k:]):
-            found[name] = k
-    return found
+    size 1), from the prototype trace of ``model(**data)`` (:mod:`pyro_bdl.inference.prototype`); the sites that
+    have none are left out."""
+    return prototype_of(model, data).unplated
 
 
 class _EventDims(Messenger):

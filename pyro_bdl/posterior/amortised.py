@@ -10,7 +10,7 @@ Example
 -------
 >>> import pyro_bdl, torch
 >>> fit = pyro_bdl.fit("vae", inference="svi-amortised", options={"latent_dim": 2, "hidden": 16},
-...                    epochs=2, progress=False)
+...                    epochs=4, progress=False)
 >>> table = predict(fit, {"x": torch.rand(3, 64)}, particles=20)
 >>> list(table.columns)
 ['log_px', 'log_px_se', 'elbo', 'z_mean_0', 'z_mean_1', 'z_sd_0', 'z_sd_1']

@@ -33,7 +33,6 @@ Example
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from pyro_bdl.posterior.acquisition import ACQUISITIONS, BATCH_MODES, CLASSIFICA
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import ModelSpec, spec_of
 from pyro_bdl.storage.checkpoint import fingerprint
-from pyro_bdl.storage.files import atomic_write_text
+from pyro_bdl.storage.run_log import RunLog
 
 __all__ = ["active_learning", "compare_acquisitions", "ActiveLearningResult", "labels_to_reach",
            "plot_learning_curves", "HIGHER_IS_BETTER"]
@@ -119,8 +118,9 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
     batch_mode : ``top`` (the highest scores) or ``stochastic`` (sampled in proportion to the scores).
     warm_start : start each fit at the last one's posterior mean (methods that start from a point).
     seed : the run's seed (the initial rows, every fit's seed, random scores and stochastic batches).
-    checkpoint : a JSON file keeping the finished rounds; a run of the same settings resumes from it; it is deleted
-        when the run ends.
+    checkpoint : a run log (:mod:`pyro_bdl.storage.run_log`) keeping the labels revealed and the finished rounds;
+        a run of the same settings resumes from it (a file of another run is refused); it is deleted when the run
+        ends.
     **settings : the method's settings (``steps``, ``samples``, ...), as :func:`~pyro_bdl.fit.fit` takes them.
 
     Returns
@@ -134,11 +134,11 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
     _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds)
     rng = np.random.default_rng(seed)
     first = int(initial) if isinstance(initial, (int, np.integer)) else [int(i) for i in initial]
-    state = _State.resume(checkpoint, _fingerprint(spec or model, pool, inference, acquisition, first, batch,
+    state = _State(checkpoint, _fingerprint(spec or model, pool, inference, acquisition, first, batch,
                                                    rounds, batch_mode, warm_start, seed, options, settings))
     if not state.order:
         first = _initial_rows(pool, initial, balanced and _classifier(spec), rng)
-        state.reveal(first, _labels(pool, oracle, first))
+        state.keep(first, _labels(pool, oracle, first))
     last, said = None, []
     bar = tqdm(total=rounds + 1, initial=len(state.rows), desc=f"active learning ({acquisition})",
                disable=not progress)
@@ -150,13 +150,12 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
         row = {"round": r, "labelled": len(state.order), **_judge(last, test),
                "fit_seconds": time.perf_counter() - start, "warnings": len(last.warnings)}
         said.extend(last.warnings)
+        chosen = []
         if r < rounds:
             start = time.perf_counter()
             chosen = _acquire(last, pool, state, acquisition, batch, batch_mode, rng)
             row["score_seconds"] = time.perf_counter() - start
-            state.reveal(chosen, _labels(pool, oracle, chosen))
-        state.rows.append(row)
-        state.save()
+        state.keep(chosen, _labels(pool, oracle, chosen) if len(chosen) else [], row)
         bar.update()
         bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k in HIGHER_IS_BETTER})
     bar.close()
@@ -360,40 +359,29 @@ def _fingerprint(model, pool: Dataset, *settings) -> str:
     return fingerprint(model=name, pool=pool.X, settings=list(settings))
 
 
-@dataclass
 class _State:
-    """The run so far: the labelled positions and labels, and the finished rounds' rows; kept in ``path``."""
+    """The run so far, kept in a run log (:mod:`pyro_bdl.storage.run_log`): one record for the initial rows (their
+    positions and labels), then one per finished round (its row of the history, and the batch it acquired with its
+    labels).  The labelled positions and labels are the records' in order, so a resumed run asks the oracle only
+    for the batches it had not kept."""
 
-    path: Path | None
-    fingerprint: str
-    order: list
-    labels: list
-    rows: list
+    def __init__(self, path, fingerprint: str):
+        self.log = RunLog(path, "active-learning", fingerprint)
+        self.order, self.labels, self.rows = [], [], []
+        for record in self.log.records:
+            self._add(record)
 
-    @classmethod
-    def resume(cls, path, fingerprint: str) -> _State:
-        state = cls(None if path is None else Path(path), fingerprint, [], [], [])
-        if state.path is None or not state.path.exists():
-            return state
-        try:
-            saved = json.loads(state.path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{state.path}: not an active-learning checkpoint ({error})") from None
-        if saved.get("fingerprint") != fingerprint:
-            raise ValueError(f"{state.path} holds another run (other model, pool or settings): remove it or give "
-                             f"another checkpoint file")
-        state.order, state.labels, state.rows = saved["order"], saved["labels"], saved["rows"]
-        return state
+    def _add(self, record: dict) -> None:
+        self.order += record["positions"]
+        self.labels += record["labels"]
+        if record.get("row") is not None:
+            self.rows.append(record["row"])
 
-    def reveal(self, positions, labels) -> None:
-        self.order += [int(p) for p in positions]
-        self.labels += [float(v) for v in labels]
-
-    def save(self) -> None:
-        if self.path is not None:
-            atomic_write_text(self.path, json.dumps({"fingerprint": self.fingerprint, "order": self.order,
-                                                     "labels": self.labels, "rows": self.rows}))
+    def keep(self, positions, labels, row: dict | None = None) -> None:
+        """Labels revealed at ``positions`` (the initial rows, or a round's batch) and the round's row, kept."""
+        record = {"positions": [int(p) for p in positions], "labels": [float(v) for v in labels], "row": row}
+        self._add(record)
+        self.log.keep(record)
 
     def clear(self) -> None:
-        if self.path is not None and self.path.exists():
-            self.path.unlink()
+        self.log.clear()

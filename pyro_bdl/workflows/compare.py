@@ -40,14 +40,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyro_bdl.data.arguments import bind_arguments
 from pyro_bdl.data.table import Dataset
 from pyro_bdl.fit import fit
-from pyro_bdl.inference.enumeration import model_traits
 from pyro_bdl.inference.method import DEFAULT_METHOD
 from pyro_bdl.inference.diagnose import RHAT_MAX, ChainReport
 from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods
 from pyro_bdl.posterior.evaluation import evaluate_fit
+from pyro_bdl.prepare import prepare
 from pyro_bdl.registry import resolve, spec_of
 from pyro_bdl.workflows.comparison import MAX_PLOTTED, Comparison, element_draws
 
@@ -153,12 +152,7 @@ def _check_methods(spec, model, data, methods: list, settings: dict, reference: 
     # the reference's method too: a NUTS reference where the model has no exact posterior for these options
     candidate = DEFAULT_METHOD if reference == "auto" else None if reference == "exact" else reference
     checked = methods + ([candidate] if candidate is not None and candidate not in methods else [])
-    traits = None
-    if spec is None:
-        if not callable(model):
-            raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
-        bound, kwargs = bind_arguments(model, data.model_kwargs() if isinstance(data, Dataset) else data)
-        traits = model_traits(bound, kwargs)
+    traits = prepare(model, data).sites.traits if spec is None else None  # a zoo model's are declared
     for method in checked:
         given = dict(settings.get(method, {}))
         plan = resolve(spec, method, given.pop("guide", None), given)

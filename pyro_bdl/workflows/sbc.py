@@ -35,7 +35,8 @@ inside with probability :math:`1 - \alpha` (:math:`\gamma` found by simulating u
 and Pearson's chi-square test of the ranks in bins. The check fails where the ECDF leaves the band.
 
 Replication :math:`i` draws everything from seed ``seed + i``, so the ranks do not depend on ``workers`` (processes
-that run replications side by side) nor on a resume from ``checkpoint`` (finished replications, kept as JSON lines).
+that run replications side by side) nor on a resume from ``checkpoint`` (finished replications, kept in a run log:
+:mod:`pyro_bdl.storage.run_log`).
 
 Example
 -------
@@ -55,10 +56,9 @@ True
 
 from __future__ import annotations
 
+import functools
 import inspect
-import json
 import math
-import multiprocessing
 import time
 import warnings
 from dataclasses import dataclass
@@ -74,16 +74,16 @@ from pyro.poutine.uncondition_messenger import UnconditionMessenger
 from pyro.poutine.util import site_is_subsample
 from tqdm.auto import tqdm
 
-from pyro_bdl.data.arguments import bind_arguments
-from pyro_bdl.data.table import Dataset
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference.pyro_internals import is_deterministic
 from pyro_bdl.inference.method import pyro_names_as_ours
+from pyro_bdl.inference.parallel.pool import run_jobs
 from pyro_bdl.posterior.rank_uniformity import ecdf_band, rank_of, uniformity
+from pyro_bdl.prepare import prepare
 from pyro_bdl.registry import ModelSpec, resolve, spec_of
 from pyro_bdl.storage.checkpoint import fingerprint
-from pyro_bdl.storage.files import atomic_write_text
+from pyro_bdl.storage.run_log import RunLog
 from pyro_bdl.workflows.sbc_result import SBCResult
 
 __all__ = ["sbc", "SBCResult", "ecdf_band", "uniformity", "rank_of", "DEFAULT_DRAWS"]
@@ -197,18 +197,8 @@ def _zoo_arguments(spec: ModelSpec, data, options) -> tuple[Callable, dict]:
     if spec.data.local_latents or spec.hooks.posterior is not None:
         raise ValueError(f"model '{spec.name}' keeps other draws than its latent sites' posterior (local latents "
                          f"summarised, or draws pruned after the fit): SBC of it is not supported")
-    data = spec.default_data if data is None else data
-    if isinstance(data, dict):
-        kwargs = {k: None if v is None else torch.as_tensor(v) for k, v in data.items()}
-        if spec.data.features is not None and spec.data.features in kwargs:
-            kwargs[spec.data.features] = kwargs[spec.data.features].float()
-        given = [v for k, v in kwargs.items() if v is not None and k in (spec.data.features, spec.data.target)]
-        rows = given[0] if given else None
-        if spec.data.size is not None and spec.data.size not in kwargs and rows is not None:
-            kwargs[spec.data.size] = len(rows)
-    else:
-        kwargs = spec.data_kwargs(data if isinstance(data, Dataset) else spec.load_data(data))
-    return spec.bind(options), kwargs
+    prepared = prepare(spec, data, options=options)
+    return prepared.model, prepared.kwargs
 
 
 def _problem(model, data, inference: str, draws: int, options, settings: dict, seed: int) -> _Problem:
@@ -226,9 +216,8 @@ def _problem(model, data, inference: str, draws: int, options, settings: dict, s
     if spec is not None:
         bound, kwargs = _zoo_arguments(spec, data, options)
     else:
-        if options:
-            raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
-        bound, kwargs = bind_arguments(model, data)
+        prepared = prepare(model, data, options=options)
+        bound, kwargs = prepared.model, prepared.kwargs
     try:
         trace = _trace(_simulating(bound), kwargs)
     except NotImplementedError as error:
@@ -367,40 +356,14 @@ def _replicate(problem: _Problem, i: int) -> dict:
 
 # --------------------------------------------------------------------------------- running, keeping, resuming
 
-#: The replication job of the worker processes (set before they fork, so the model is never pickled).
-_JOB: _Problem | None = None
-
-
-def _start_worker() -> None:
-    torch.set_num_threads(1)
-
-
-def _work(i: int) -> dict:
-    return _replicate(_JOB, i)
-
-
-def _run(problem: _Problem, todo: list[int], workers: int, progress: bool, keep: Callable[[dict], None]) -> None:
-    """Run the replications ``todo``, here or in ``workers`` forked processes, handing each record to ``keep`` as it
-    finishes (a fork carries a notebook's model to the workers without pickling it)."""
-    global _JOB
-    bar = tqdm(total=len(todo), desc="sbc", disable=not progress)
-    try:
-        if workers == 1 or len(todo) <= 1:
-            for i in todo:
-                keep(_replicate(problem, i))
-                bar.update()
-            return
-        if "fork" not in multiprocessing.get_all_start_methods():
-            raise RuntimeError("workers > 1 runs replications in forked processes, which this platform does not "
-                               "have: use workers=1")
-        _JOB = problem
-        with multiprocessing.get_context("fork").Pool(min(workers, len(todo)), initializer=_start_worker) as pool:
-            for record in pool.imap_unordered(_work, todo):
-                keep(record)
-                bar.update()
-    finally:
-        _JOB = None
-        bar.close()
+def _run(problem: _Problem, todo: list[int], workers: int, progress: bool, log: RunLog) -> None:
+    """Run the replications ``todo``, here or in ``workers`` processes
+    (:func:`~pyro_bdl.inference.parallel.pool.run_jobs`: forked, so a notebook's model needs no pickling), keeping
+    each record in ``log`` as it finishes."""
+    with tqdm(total=len(todo), desc="sbc", disable=not progress) as bar:
+        for record in run_jobs(functools.partial(_replicate, problem), todo, workers):
+            log.keep(record)
+            bar.update()
 
 
 def _label(value) -> object:
@@ -417,47 +380,6 @@ def _fingerprint(problem: _Problem, name: str) -> str:
     return fingerprint(model=name, method=problem.inference, seed=problem.seed, draws=problem.draws,
                        settings={k: _label(v) for k, v in problem.settings.items()},
                        fit={k: _label(v) for k, v in problem.fit_kwargs.items()}, options=problem.options, **data)
-
-
-def _read_checkpoint(path: Path, key: str) -> dict[int, dict]:
-    """The replications kept in ``path`` (JSON lines: a header with the run's fingerprint, then one record per
-    replication); a line cut short by an interruption is dropped; a checkpoint of another run is refused."""
-    lines = path.read_text().splitlines() if path.exists() else []
-    if not lines:
-        return {}
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError:
-        header = {}
-    if header.get("sbc_checkpoint") != key:
-        raise ValueError(f"checkpoint {path} holds another run (or is not an SBC checkpoint): its model, data, method, "
-                         f"settings, seed or draws differ; delete it or name another file")
-    done = {}
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the last line, written when the run stopped
-            continue
-        done[int(record["replication"])] = record
-    return done
-
-
-def _keeper(path: Path | None, key: str, done: dict) -> Callable[[dict], None]:
-    """``keep(record)``: into ``done``, and appended to the checkpoint file (created with its header) at once, on a
-    line of its own (after a line an interruption cut short)."""
-    if path is not None and (not path.exists() or path.stat().st_size == 0):
-        atomic_write_text(path, json.dumps({"sbc_checkpoint": key}) + "\n")
-    elif path is not None and not path.read_bytes().endswith(b"\n"):
-        with open(path, "a") as handle:
-            handle.write("\n")
-
-    def keep(record: dict) -> None:
-        done[record["replication"]] = record
-        if path is not None:
-            with open(path, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-                handle.flush()
-    return keep
 
 
 def _warn_fits(fits: pd.DataFrame, draws: int) -> None:
@@ -501,7 +423,7 @@ def sbc(model, data=None, inference: str = "nuts", n: int = 100, *, draws: int |
     workers : processes that run replications side by side (forked: a notebook's model needs no pickling; one
         torch thread each).
     progress : a progress bar over the replications.
-    checkpoint : a JSON-lines file that keeps each finished replication; a run given the same file resumes
+    checkpoint : a run log (:mod:`pyro_bdl.storage.run_log`) that keeps each finished replication; a run given the same file resumes
         without recomputing them (a file of another run is refused; it is kept when the run ends).
     **settings : the method's settings (``samples``, ``warmup``, ``chains``, ``steps``, ...), and ``guide``,
         ``threads``, ``device``, ``init_loc_fn`` as :func:`~pyro_bdl.fit.fit` takes them.
@@ -522,11 +444,12 @@ def sbc(model, data=None, inference: str = "nuts", n: int = 100, *, draws: int |
     problem = _problem(model, data, inference, draws, options, pyro_names_as_ours(settings), seed)
     name = problem.spec.name if problem.spec is not None else getattr(model, "__qualname__", type(model).__name__)
     key = _fingerprint(problem, name)
-    path = None if checkpoint is None else Path(checkpoint)
-    done = {} if path is None else {i: r for i, r in _read_checkpoint(path, key).items() if i < n}
+    log = RunLog(checkpoint, "sbc", key)
+    kept = {int(r["replication"]) for r in log.records}
     start = time.perf_counter()
-    _run(problem, [i for i in range(n) if i not in done], workers, progress, _keeper(path, key, done))
+    _run(problem, [i for i in range(n) if i not in kept], workers, progress, log)
     seconds = time.perf_counter() - start
+    done = {int(r["replication"]): r for r in log.records}
     records = [done[i] for i in range(n)]
     index = pd.Index(range(n), name="replication")
     ranks = pd.DataFrame([r["ranks"] for r in records], index=index)

@@ -17,8 +17,8 @@ runs only on data sets of at most that many rows (NUTS: the five small sets).
 Each finished fit is a row of ``rows.csv`` in the output folder, written as it ends: an interrupted run keeps them,
 and the same command goes on with the fits not yet made.  Ctrl-C or SIGTERM stops a run between two rows: its worker
 processes are ended (their fits in progress are lost), the report is written from the rows kept, and the command
-exits 130.  ``jobs`` > 1 runs the fits in that many processes (one
-torch thread each).  :func:`~pyro_bdl.workflows.uci_report.write_report` turns the rows into ``uci.md``,
+exits 130.  ``jobs`` > 1 runs the fits in that many processes (the workflows' one pool,
+:mod:`pyro_bdl.inference.parallel.pool`: one torch thread each).  :func:`~pyro_bdl.workflows.uci_report.write_report` turns the rows into ``uci.md``,
 ``uci.csv`` and ``uci.png``.
 
 Example
@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import multiprocessing
 import os
 import signal
 import threading
@@ -52,15 +51,14 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
-from tqdm.std import tqdm as tqdm_base
 
 from pyro_bdl.data.embedded import split_dataset
 from pyro_bdl.data.table import DataError
 from pyro_bdl.data.uci import UciProtocol, load_uci, uci_protocol
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.method import get_method, pyro_names_as_ours
+from pyro_bdl.inference.parallel.pool import run_jobs
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import ModelSpec, model_for_protocol
 from pyro_bdl.storage.files import atomic_write_text
@@ -290,41 +288,8 @@ def _check_out(out: Path, force: bool) -> None:
                               "pass --force to write into it")
 
 
-def _worker_init() -> None:
-    torch.set_num_threads(1)
-    # a thread lock for tqdm (bars are off here): its default is a multiprocessing lock, which the worker never frees
-    # and the resource tracker reports as leaked at the end of the run
-    tqdm_base.set_lock(threading.RLock())  # every bar class's, the fits' too
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
-
-
 def _run_task(task: tuple) -> dict:
     return run_split(*task)
-
-
-def _results(tasks: list, jobs: int, stop: threading.Event):
-    """Each task's row as its fit ends: in this process (``jobs`` 1) or in ``jobs`` spawned processes, stopped (the
-    running fits ended, the others dropped) when ``stop`` is set."""
-    if jobs <= 1:
-        for task in tasks:
-            yield run_split(*task)
-        return
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
-    pool = context.Pool(jobs, initializer=_worker_init)
-    try:
-        rows = pool.imap_unordered(_run_task, tasks)
-        for _ in tasks:
-            while True:  # wait in short steps, so that a signal only sets the flag, never breaks a lock's wait
-                if stop.is_set():
-                    raise KeyboardInterrupt
-                try:
-                    yield rows.next(timeout=0.5)
-                    break
-                except multiprocessing.TimeoutError:
-                    continue
-    finally:
-        pool.terminate()
-        pool.join()
 
 
 def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = None,
@@ -366,7 +331,7 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
         # worker processes: Ctrl-C and SIGTERM set a flag, never raise inside a wait on the pool; one process: as is
         signals = (handling((signal.SIGINT, signal.SIGTERM), lambda signum, frame: stop.set()) if jobs > 1
                    else contextlib.nullcontext())
-        with signals, contextlib.closing(_results(tasks, jobs, stop)) as results:
+        with signals, contextlib.closing(run_jobs(_run_task, tasks, jobs, stop=stop)) as results:
             rows = _kept_rows(out, rows, results, log, bar)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"{len(_read_rows(out / 'rows.csv'))} fits kept in {out / 'rows.csv'}; the same "

@@ -1,6 +1,7 @@
 """Where a fit runs: torch's thread count (:mod:`.threads`), the device (:mod:`.devices`) and the processes of a
 ``torchrun`` launch (:mod:`.processes`), with the gradient all-reduce of data-parallel optimisation
-(:mod:`.data_parallel`).
+(:mod:`.data_parallel`); and, for the workflows, independent jobs side by side in worker processes (:mod:`.pool`:
+SBC's replications, the UCI table's fits, active-learning runs).
 
 :func:`pyro_bdl.fit` chooses all three before it runs a method: ``threads="auto"`` (one thread unless the model's
 largest operation is big enough to gain from more), ``device="cpu"`` (or ``"cuda"``, ``"cuda:1"``, ``"mps"``), and

@@ -22,7 +22,8 @@ import math
 import os
 
 import torch
-from pyro import poutine
+
+from pyro_bdl.inference.prototype import prototype_of
 
 __all__ = ["MIN_WORK_PER_THREAD", "available_cores", "choose_threads", "largest_op", "resolve_threads",
            "using_threads"]
@@ -54,19 +55,16 @@ def choose_threads(work: float, *, cores: int | None = None, load: float | None 
     return max(1, min(int(work // MIN_WORK_PER_THREAD), free // max(1, processes), cores // max(1, processes)))
 
 
-@torch.no_grad()
 def largest_op(model, data: dict, rows: int | None = None) -> float:
     """The multiply-adds of the largest operation one call of ``model(**data)`` makes, estimated as its largest
-    parameter or latent site (a weight matrix: inputs x outputs) times the rows a step sees (``rows``; default
-    the leading size of the largest data tensor)."""
-    trace = poutine.trace(model).get_trace(**data)
-    sizes = [site["value"].numel() for site in trace.nodes.values()
-             if site["type"] in ("sample", "param") and isinstance(site.get("value"), torch.Tensor)
-             and not site.get("is_observed", False)]
+    parameter or latent site (a weight matrix: inputs x outputs; from its prototype trace,
+    :mod:`pyro_bdl.inference.prototype`) times the rows a step sees (``rows``; default the leading size of the
+    largest data tensor)."""
+    largest = prototype_of(model, data).largest_site
     if rows is None:
         tensors = [v for v in data.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
         rows = max((len(v) for v in tensors), default=1)
-    return float(max(sizes, default=1)) * max(int(rows), 1)
+    return float(largest) * max(int(rows), 1)
 
 
 def resolve_threads(threads, work: float, processes: int = 1) -> int:
