@@ -37,7 +37,7 @@ from pyro_bdl.cli import parse_key_values
 from pyro_bdl.data.embedded import digits_ood, digits_split
 from pyro_bdl.data.uci import load_uci
 from pyro_bdl.posterior.evaluation import classification_report, evaluate_fit
-from pyro_bdl.studies.gap import gap_report
+from pyro_bdl.bench.gap import gap_report
 
 
 def sine_row(method: str, settings: dict) -> str:

@@ -24,7 +24,7 @@ curves, gap widths and places, noise levels and sizes).  One line per fit:
 * ``gap|z|``: the mean |truth - mean| / sd in the middle of the gap (the criterion is < 2);
 * ``loss``: the mean of the method's last 200 training losses, when it has them (negative ELBO for
   ``svi``: comparable between runs of one method and architecture, not across them);
-* ``pass`` when all three criteria hold (``pyro_bdl.studies.gap.check_gap``), else what failed.
+* ``pass`` when all three criteria hold (``pyro_bdl.bench.gap.check_gap``), else what failed.
 
 ``--family`` prints a Markdown table after each spec's fits (for benchmarks/RESULTS.md).
 
@@ -49,7 +49,7 @@ from pyro_bdl.data.embedded import SINE_PROBLEM as SINE
 from pyro_bdl.data.gap import GapProblem, gap_family
 from pyro_bdl.inference import get_method
 from pyro_bdl.models.bnn import IN_BETWEEN
-from pyro_bdl.studies.gap import GapCheck, gap_report
+from pyro_bdl.bench.gap import GapCheck, gap_report
 
 #: The model every spec fits; a spec's KEY=VALUE pairs are its options where it has one, else settings.
 MODEL = "bnn-regressor"

@@ -23,13 +23,12 @@ from pyro_bdl.data.table import DataError
 from pyro_bdl.data.uci import load_uci, uci_protocol
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.method import get_method
-from pyro_bdl.registry import model_for_protocol
-from pyro_bdl.workflows.uci_bench import default_root, protocol_options
+from pyro_bdl.bench.uci import default_root, protocol_options, uci_model
 
 
 def cost(folder: Path, warmup: int, samples: int, seed: int = 0) -> dict:
     """One short `nuts` fit on split 0 of ``folder``: its seconds and the sampling draws' statistics."""
-    spec = model_for_protocol("uci")
+    spec = uci_model()
     train, _ = load_uci(folder, 0)
     options = protocol_options(spec, uci_protocol(folder), {})
     start = time.perf_counter()

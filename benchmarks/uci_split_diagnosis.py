@@ -21,8 +21,7 @@ from pyro_bdl.data.table import DataError
 from pyro_bdl.data.uci import load_uci, uci_protocol
 from pyro_bdl.posterior.evaluation import gaussian_predictive_draws
 from pyro_bdl.posterior.uncertainty import gaussian_tlpd
-from pyro_bdl.registry import model_for_protocol
-from pyro_bdl.workflows.uci_bench import TUNED, default_root, entry_options, protocol_options, split_fit
+from pyro_bdl.bench.uci import TUNED, default_root, uci_model, entry_options, protocol_options, split_fit
 
 
 def diagnose(folder: Path, split: int, entry: str = "nuts", seed: int = 0, worst: int = 5) -> dict:
@@ -30,7 +29,7 @@ def diagnose(folder: Path, split: int, entry: str = "nuts", seed: int = 0, worst
     LL (the table's), per-point LL (n,), predictive mean and sd (n,), the test rows' targets and inputs, the ``worst``
     points' indices (lowest LL first), and, where the fit has chains, ``sites`` (az.summary of its scalar sites with
     each chain's mean) and ``max_rhat`` over every coordinate."""
-    spec = model_for_protocol("uci")
+    spec = uci_model()
     method, named, settings = entry_options(spec, entry)
     if method in TUNED:
         raise ValueError(f"{method} is chosen among candidates on each split by the table (its rows' `chosen` "

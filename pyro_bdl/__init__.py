@@ -10,7 +10,7 @@ The faces:
 * ``cli``: the ``pyro-bdl`` command line.
 
 The packages, lowest layer first (README, "Layout"): ``data``, ``storage``, ``nn``, ``inference``, ``posterior``,
-``workflows``, ``models`` (the zoo, imported last), ``studies``.
+``workflows``, ``bench`` (the benchmarks' protocols and studies), ``models`` (the zoo, imported last).
 
 >>> import pyro_bdl
 >>> result = pyro_bdl.fit("coin", "coin", inference="map", steps=300, progress=False)

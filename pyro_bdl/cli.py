@@ -37,8 +37,8 @@ from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
 from pyro_bdl.workflows.compare import compare
 from pyro_bdl.workflows.comparison import check_report_folder
-from pyro_bdl.workflows.uci_bench import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
-from pyro_bdl.workflows.uci_bench import default_root, run_uci
+from pyro_bdl.bench.uci import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
+from pyro_bdl.bench.uci import default_root, run_uci
 
 __all__ = ["main", "parse_key_values"]
 
@@ -266,7 +266,7 @@ def _cmd_compare(args) -> None:
 
 
 def _cmd_bench_uci(args) -> None:
-    """The UCI regression table (:mod:`pyro_bdl.workflows.uci_bench`): every split a fit per method, resumable."""
+    """The UCI regression table (:mod:`pyro_bdl.bench.uci`): every split a fit per method, resumable."""
     root = args.root or default_root()
     if root is None:
         raise ValueError("no UCI folder: give --root (the folder holding bostonHousing, concrete, ...) or set "

@@ -40,7 +40,7 @@ from pyro_bdl.data.task import Task
 from pyro_bdl.inference.base import latent_sites, takes_minibatches
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, get_method, method_for, pyro_names_as_ours
 
-__all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "spec_of", "list_models", "model_for_protocol", "takes_minibatches"]
+__all__ = ["Option", "choice", "ModelSpec", "DataContract", "InferenceChoices", "PostFit", "Task", "Plan", "register", "resolve", "get_model", "spec_of", "list_models", "takes_minibatches"]
 
 
 def choice(name: str, choices) -> Callable[[str], str]:
@@ -185,10 +185,6 @@ class ModelSpec:
     hooks : :class:`PostFit`, what the model makes of a fit.
     notes : what a user should know in practice (which settings a known behaviour needs), printed by
         ``pyro-bdl describe`` after the math.
-    protocols : the published benchmark protocols the model stands for in the zoo (``pyro-bdl bench``): protocol
-        name -> a function of the protocol's settings giving the model's options (``"uci"``: ``(hidden, noise)`` ->
-        options, ``hidden`` the one hidden layer's width, ``noise`` a fixed noise sd in standardised units or None);
-        :func:`model_for_protocol` finds it.
     """
 
     name: str
@@ -200,7 +196,6 @@ class ModelSpec:
     inference: InferenceChoices = InferenceChoices()
     hooks: PostFit = PostFit()
     notes: str = ""
-    protocols: Mapping[str, Callable[..., dict]] = field(default_factory=dict)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -430,17 +425,6 @@ def spec_of(model) -> ModelSpec | None:
     if not callable(model):
         raise TypeError(f"model must be a zoo model name or a Pyro model callable, not {type(model).__name__}")
     return None
-
-
-def model_for_protocol(protocol: str) -> ModelSpec:
-    """The zoo model that declares the benchmark ``protocol`` (:attr:`ModelSpec.protocols`); a ValueError naming the
-    protocols declared when none does."""
-    found = [spec for spec in _REGISTRY.values() if protocol in spec.protocols]
-    if not found:
-        known = sorted({name for spec in _REGISTRY.values() for name in spec.protocols})
-        raise ValueError(f"no model of the zoo declares the benchmark protocol {protocol!r}; declared: "
-                         f"{', '.join(known) or 'none'}")
-    return found[0]
 
 
 def list_models() -> list[ModelSpec]:

@@ -7,7 +7,7 @@ import argparse
 
 import numpy as np
 
-from pyro_bdl.studies.gradient_variance import compare_estimators
+from pyro_bdl.bench.gradient_variance import compare_estimators
 
 
 def main(argv=None):

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from toy_uci import write_uci
 
-from pyro_bdl.workflows.uci_bench import run_split
+from pyro_bdl.bench.uci import run_split
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bbb_step.py"

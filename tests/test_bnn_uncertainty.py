@@ -21,7 +21,7 @@ from pyro_bdl.data.embedded import SINE_GAP, digits_ood, digits_split
 from pyro_bdl.models.bnn import IN_BETWEEN
 from pyro_bdl.posterior.evaluation import classification_report
 from pyro_bdl.posterior.uncertainty import auroc
-from pyro_bdl.studies.gap import gap_report
+from pyro_bdl.bench.gap import gap_report
 
 
 def sine_fit(inference: str, **settings):

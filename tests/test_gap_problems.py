@@ -14,7 +14,7 @@ import pyro_bdl
 from pyro_bdl.data.embedded import SINE_PROBLEM, sine_frame, sine_grid, sine_regions
 from pyro_bdl.data.gap import GAP_FUNCTIONS, GAP_WIDTHS, NOISES, SIZES, gap_family, gap_regions
 from pyro_bdl.models.bnn import IN_BETWEEN
-from pyro_bdl.studies.gap import MAX_RMSE_IN_NOISE, MIN_RATIO, check_gap
+from pyro_bdl.bench.gap import MAX_RMSE_IN_NOISE, MIN_RATIO, check_gap
 
 
 def test_the_generator_reproduces_the_embedded_sine_data():

@@ -8,7 +8,7 @@ so must the two means of each other.
 import numpy as np
 import pytest
 
-from pyro_bdl.studies.gradient_variance import compare_estimators
+from pyro_bdl.bench.gradient_variance import compare_estimators
 
 K = 4.5
 

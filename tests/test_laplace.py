@@ -24,7 +24,7 @@ from pyro_bdl.models.coin import posterior_beta
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.posterior.uncertainty import expected_calibration_error
 from pyro_bdl.store import load_fit, write_fit
-from pyro_bdl.studies.gap import gap_report
+from pyro_bdl.bench.gap import gap_report
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ from pyro_bdl.inference.guides import PrincipalAxesGuide
 from pyro_bdl.models.last_layer import feature_training as ft
 from pyro_bdl.models.last_layer import model as ll
 from pyro_bdl.nn import feature_maps as fm
-from pyro_bdl.studies import gradient_variance as gradients
+from pyro_bdl.bench import gradient_variance as gradients
 
 #: Optimiser allowance of SVI with the mvn guide at SVI_RUN (see the module docstring).
 SVI_RUN = {"steps": 3000, "lr": 0.05, "samples": 2000}

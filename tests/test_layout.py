@@ -3,8 +3,8 @@ others (imports inside functions included), the top level stays small, functions
 no zoo model.
 
 The layers, lowest first (README, "Layout"): ``data`` < ``storage`` < ``nn`` < ``inference.compile`` <
-``inference`` < ``posterior`` < the faces (``registry``, ``result``, ``prepare``, ``fit``, ``store``, ``cli``) < ``models`` <
-``studies`` < the package itself (``pyro_bdl/__init__``, which imports the zoo last).  The graph is read from the
+``inference`` < ``posterior`` < the faces (``registry``, ``result``, ``prepare``, ``fit``, ``store``, ``cli``,
+``workflows``, ``bench``) < ``models`` < the package itself (``pyro_bdl/__init__``, which imports the zoo last).  The graph is read from the
 source (``ast``), so an import hidden in a function counts as much as one at the top of a module.
 """
 
@@ -26,11 +26,11 @@ LAYERS = {
     "pyro_bdl.posterior": 5,
     "pyro_bdl.registry": 6, "pyro_bdl.result": 6, "pyro_bdl.prepare": 6, "pyro_bdl.fit": 6, "pyro_bdl.store": 6, "pyro_bdl.cli": 6,
     "pyro_bdl.workflows": 6,  # faces too: what a user does with fits (active learning, evidence, SBC), on fit
+    "pyro_bdl.bench": 6,  # faces too: the benchmarks' protocols (``pyro-bdl bench``) and the studies they share
     "pyro_bdl.models": 7,
-    "pyro_bdl.studies": 8,
-    "pyro_bdl": 9,
+    "pyro_bdl": 8,
 }
-LAYER_NAMES = ["data", "storage", "nn", "inference.compile", "inference", "posterior", "faces", "models", "studies",
+LAYER_NAMES = ["data", "storage", "nn", "inference.compile", "inference", "posterior", "faces", "models",
                "the package"]
 
 
@@ -180,8 +180,9 @@ NOT_A_MODEL = {
 
 
 def test_engine_names_no_zoo_model():
-    """Outside ``pyro_bdl/models/`` no string of the code (docstrings aside; messages and options included) is a
-    zoo model's name, alone or as a word of a message: the engine asks a model for what it declares, and a study takes its model as an argument.
+    """Outside ``pyro_bdl/models/`` and ``pyro_bdl/bench/`` (a benchmark protocol names the model it measures) no
+    string of the code (docstrings aside; messages and options included) is a zoo model's name, alone or as a word of
+    a message: the engine asks a model for what it declares, and a study takes its model as an argument.
     The strings spelt like a model that mean something else are listed, with what they are, in NOT_A_MODEL."""
     import pyro_bdl
 
@@ -190,7 +191,7 @@ def test_engine_names_no_zoo_model():
     found = []
     for path in PACKAGE.rglob("*.py"):
         where = path.relative_to(PACKAGE)
-        if "models" in where.parts:
+        if where.parts[0] in ("models", "bench"):
             continue
         for node in _strings_outside_docstrings(ast.parse(path.read_text())):
             for name in word.findall(node.value):

@@ -67,7 +67,7 @@ def test_gap_report_is_the_gap_check_of_the_predictive_on_the_problem_grid():
     """gap_report = predict on the problem's grid + check_gap, and its row says the same numbers."""
     from pyro_bdl.data.embedded import SINE_PROBLEM, sine_curve, sine_gap_ratio, sine_grid
     from pyro_bdl.posterior.uncertainty import rmse
-    from pyro_bdl.studies.gap import gap_report
+    from pyro_bdl.bench.gap import gap_report
 
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 200 steps: short on purpose
         fit = pyro_bdl.fit("bnn-regressor", "sine", inference="map", steps=200, progress=False, options={"hidden": "8"})

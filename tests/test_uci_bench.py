@@ -1,4 +1,4 @@
-"""``pyro-bdl bench uci`` / :mod:`pyro_bdl.workflows.uci_bench`: the UCI table on tiny folders in the benchmark's
+"""``pyro-bdl bench uci`` / :mod:`pyro_bdl.bench.uci`: the UCI table on tiny folders in the benchmark's
 layout written here (never the shared files), the tuning on the validation part only, resuming, parallel processes,
 and refused input."""
 
@@ -18,10 +18,9 @@ import pandas as pd
 import pytest
 
 from pyro_bdl.cli import main
-from pyro_bdl.registry import model_for_protocol
-from pyro_bdl.workflows import uci_bench
-from pyro_bdl.workflows.uci_published import published
-from pyro_bdl.workflows.uci_report import goals, summarise
+from pyro_bdl.bench import uci as uci_bench
+from pyro_bdl.bench.uci_published import published
+from pyro_bdl.bench.uci_report import goals, summarise
 
 #: Short fits: the tests check the workflow, not the methods (those have their own tests).
 MAP = "map:steps=150"
@@ -290,7 +289,7 @@ def test_a_missing_root_or_a_foreign_out_folder_is_refused(root, tmp_path, capsy
 def test_an_entry_names_model_options_beside_method_settings(root, monkeypatch):
     """``ensemble:likelihood=heteroscedastic,members=2``: the key the model has goes to the model's options (with
     the protocol's width), the others to the method; the row keeps the entry as its method."""
-    spec = model_for_protocol("uci")
+    spec = uci_bench.uci_model()
     assert uci_bench.entry_options(spec, "ensemble:likelihood=heteroscedastic,members=2") == (
         "ensemble", {"likelihood": "heteroscedastic"}, {"members": "2"})
     seen, real = [], uci_bench._fit_score
@@ -314,9 +313,8 @@ def test_an_entry_cannot_set_what_a_tuned_method_searches(root, entry):
         uci_bench.run_split(root / "yacht", 0, entry)
 
 
-def test_the_protocol_model_is_declared_by_the_zoo():
-    spec = model_for_protocol("uci")
-    assert spec.protocols["uci"](100) == {"hidden": (100,)}
-    assert spec.protocols["uci"](50, 0.5) == {"hidden": (50,), "noise": 0.5}
-    with pytest.raises(ValueError, match="no model of the zoo declares the benchmark protocol 'imagenet'"):
-        model_for_protocol("imagenet")
+def test_the_protocol_names_its_model_and_gives_options_the_model_takes():
+    spec = uci_bench.uci_model()
+    assert uci_bench.uci_options(100) == {"hidden": (100,)}
+    assert uci_bench.uci_options(50, 0.5) == {"hidden": (50,), "noise": 0.5}
+    assert spec.resolve_options(uci_bench.uci_options(50, 0.5))["noise"] == 0.5  # options of the model, checked

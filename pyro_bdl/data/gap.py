@@ -6,7 +6,7 @@ and ``size`` inputs drawn uniformly on either side of the gap (half on each side
 ``seed``.  The embedded ``sine`` data are one such problem (``embedded.sine_curve``, gap (-0.4, 0.4),
 noise 0.05, 200 points, seed 20150520); :func:`gap_family` generates others, so that a setting chosen
 on ``sine`` can be checked on curves, gaps, noise levels and sizes it was not chosen on.  The check of a fit's
-predictive on them is :func:`pyro_bdl.studies.gap.check_gap`.
+predictive on them is :func:`pyro_bdl.bench.gap.check_gap`.
 
 Example
 -------

@@ -113,12 +113,6 @@ def in_between_note() -> str:
     return "\n".join(lines)
 
 
-def uci_options(hidden: int, noise: float | None = None) -> dict:
-    """The options of the standard UCI regression protocol (Hernandez-Lobato & Adams 2015; ``pyro-bdl bench uci``):
-    one hidden layer of ``hidden`` units, the noise sd fixed at ``noise`` (standardised units) or inferred."""
-    return {"hidden": (int(hidden),), **({} if noise is None else {"noise": float(noise)})}
-
-
 _COMMON = {
     "hidden": Option((50,), "hidden layer widths, e.g. 50 or 50,50", hidden_widths),
     "activation": Option("relu", f"one of {', '.join(ACTIVATIONS)}", str),
@@ -142,7 +136,6 @@ register(ModelSpec(
     notes=in_between_note(),
     data=network_data(),
     inference=NETWORK_INFERENCE,
-    protocols={"uci": uci_options},
 ))
 register(ModelSpec(
     name="bnn-classifier",

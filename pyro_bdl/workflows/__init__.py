@@ -6,7 +6,7 @@
   ``sbc_result``: an SBC run's ranks, their checks, a verdict and the plot.
 * ``compare``: which inference method for my model: several methods against a reference posterior;
   ``comparison``: the result of a comparison, as tables, a figure and a report folder.
-* ``uci_bench``: ``pyro-bdl bench uci``, the UCI regression table, resumable and parallel;
-  ``uci_published``: the published numbers beside it; ``uci_report``: its report (``uci.md``, ``uci.csv``,
-  ``uci.png``).
+
+The benchmarks (``pyro-bdl bench uci`` and the studies the notebooks and ``benchmarks/`` share) live in
+:mod:`pyro_bdl.bench`.
 """

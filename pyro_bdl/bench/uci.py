@@ -2,7 +2,7 @@ r"""``pyro-bdl bench uci``: the standard UCI regression table, every split a fit
 
 The protocol (Hernandez-Lobato & Adams 2015, as Gal & Ghahramani 2016 and Lakshminarayanan et al. 2017 ran it): on
 each train/test split of each data set folder (:mod:`pyro_bdl.data.uci`), the zoo's model for the ``uci`` protocol
-(:func:`~pyro_bdl.registry.model_for_protocol`) with one hidden layer of the folder's ``n_hidden.txt`` units (50; 100
+(:data:`UCI_MODEL`, its options :func:`uci_options`) with one hidden layer of the folder's ``n_hidden.txt`` units (50; 100
 for protein) is fitted by each method at its defaults (or the settings and model options its entry names:
 :func:`entry_options`), inputs and targets standardised on the training split
 (:func:`~pyro_bdl.fit.fit` does it), and scored on the test split in the data's units
@@ -18,7 +18,7 @@ Each finished fit is a row of ``rows.csv`` in the output folder, written as it e
 and the same command goes on with the fits not yet made.  Ctrl-C or SIGTERM stops a run between two rows: its worker
 processes are ended (their fits in progress are lost), the report is written from the rows kept, and the command
 exits 130.  ``jobs`` > 1 runs the fits in that many processes (the workflows' one pool,
-:mod:`pyro_bdl.inference.parallel.pool`: one torch thread each).  :func:`~pyro_bdl.workflows.uci_report.write_report` turns the rows into ``uci.md``,
+:mod:`pyro_bdl.inference.parallel.pool`: one torch thread each).  :func:`~pyro_bdl.bench.uci_report.write_report` turns the rows into ``uci.md``,
 ``uci.csv`` and ``uci.png``.
 
 Example
@@ -60,14 +60,29 @@ from pyro_bdl.fit import fit
 from pyro_bdl.inference.method import get_method, pyro_names_as_ours
 from pyro_bdl.inference.parallel.pool import run_jobs
 from pyro_bdl.posterior.evaluation import evaluate_fit
-from pyro_bdl.registry import ModelSpec, model_for_protocol
+from pyro_bdl.registry import ModelSpec, get_model
 from pyro_bdl.storage.files import atomic_write_text
 from pyro_bdl.storage.interrupts import handling
 from pyro_bdl.storage.paths import OutputPathError
-from pyro_bdl.workflows.uci_report import machine, write_report
+from pyro_bdl.bench.uci_report import machine, write_report
 
 __all__ = ["run_uci", "split_fit", "protocol_options", "method_entry", "entry_options", "split_entries", "entries_text",
-           "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders"]
+           "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders",
+           "UCI_MODEL", "uci_model", "uci_options"]
+
+#: The zoo model the protocol fits: Bayesian MLP regression, its options per folder :func:`uci_options`.
+UCI_MODEL = "bnn-regressor"
+
+
+def uci_model() -> ModelSpec:
+    """The :class:`~pyro_bdl.registry.ModelSpec` of :data:`UCI_MODEL`."""
+    return get_model(UCI_MODEL)
+
+
+def uci_options(hidden: int, noise: float | None = None) -> dict:
+    """The model options of the protocol (Hernandez-Lobato & Adams 2015): one hidden layer of ``hidden`` units, the
+    noise sd fixed at ``noise`` (standardised units) or inferred."""
+    return {"hidden": (int(hidden),), **({} if noise is None else {"noise": float(noise)})}
 
 #: The methods of the standard table, in its column order.  The ensemble twice: with the model's one noise sd, and
 #: with a noise sd per input (the model's heteroscedastic likelihood), as Lakshminarayanan et al. trained theirs;
@@ -148,7 +163,7 @@ def entry_options(spec: ModelSpec, entry: str) -> tuple[str, dict, dict]:
     method, pairs = method_entry(entry)
     options = {k: v for k, v in pairs.items() if k in spec.options}
     settings = {k: v for k, v in pairs.items() if k not in options}
-    fixed = sorted(set(options) & set(spec.protocols["uci"](1)))
+    fixed = sorted(set(options) & set(uci_options(1)))
     if fixed:
         raise ValueError(f"method entry {entry!r}: {', '.join(fixed)} is set by the UCI protocol for every method")
     spec.resolve_options(options)  # a bad value is refused here, before any fit
@@ -187,7 +202,7 @@ def uci_folders(root: str | Path, datasets: Sequence[str] | None = None) -> list
 def protocol_options(spec: ModelSpec, protocol: UciProtocol, named: dict, **extra) -> dict:
     """The model options of a table fit: the model's options for the UCI ``protocol`` (with a tuned method's
     candidate ``extra``), then those the method entry names (``named``, :func:`entry_options`)."""
-    return {**spec.protocols["uci"](protocol.hidden, **extra), **named}
+    return {**uci_options(protocol.hidden, **extra), **named}
 
 
 def split_fit(spec: ModelSpec, train, method: str, options: dict, settings: dict, seed: int):
@@ -208,7 +223,7 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
     """The row of one fit: the method of ``entry`` on split ``split`` of ``folder`` (tuned first when it is in
     :data:`TUNED`), with its test RMSE and LL (the data's units), wall seconds and the settings chosen."""
     folder = Path(folder)
-    spec = model_for_protocol("uci")
+    spec = uci_model()
     protocol = uci_protocol(folder)
     method, named, settings = entry_options(spec, entry)
     train, test = load_uci(folder, split)
@@ -299,7 +314,7 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     """Fit every method on every split (the first ``splits`` of each set when given) of the UCI folders under
     ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
     only the fits missing), write the report of every row ``out`` holds (``uci.md``, ``uci.csv``, ``uci.png``:
-    :func:`~pyro_bdl.workflows.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
+    :func:`~pyro_bdl.bench.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
     ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel (``"auto"``:
     one per core, at most one per fit).  ``report_only``: no fit, the report rewritten from the rows kept."""
     if splits is not None and int(splits) < 1:
@@ -307,7 +322,7 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     jobs = (os.cpu_count() or 1) if jobs == "auto" else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer of at least 1 or 'auto', got {jobs!r}")
-    spec = model_for_protocol("uci")
+    spec = uci_model()
     _check_methods(spec, methods)
     folders = uci_folders(root, datasets)
     out = Path(out)

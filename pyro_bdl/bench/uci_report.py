@@ -1,5 +1,5 @@
 r"""The report of ``pyro-bdl bench uci``: the fits' rows summarised per data set and method beside the published
-columns (:mod:`pyro_bdl.workflows.uci_published`), the goals counted, written as ``uci.md``, ``uci.csv`` and
+columns (:mod:`pyro_bdl.bench.uci_published`), the goals counted, written as ``uci.md``, ``uci.csv`` and
 ``uci.png``.
 
 Per data set and method: the mean and standard error over the splits fitted of the test RMSE and average
@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from pyro_bdl.storage.files import atomic_write, atomic_write_text
-from pyro_bdl.workflows.uci_published import COLUMNS, published, short_name
+from pyro_bdl.bench.uci_published import COLUMNS, published, short_name
 
 __all__ = ["summarise", "goals", "markdown", "plot", "write_report", "machine"]
 
@@ -154,8 +154,8 @@ def markdown(table: pd.DataFrame, rows: pd.DataFrame, methods: list[str], counts
     lines = ["# UCI regression: the zoo's methods on the standard protocol", "",
              "One hidden layer (50 units, 100 for protein), inputs and targets standardised on each training split, "
              "metrics in the data's units; mean +- standard error over the splits fitted ((k/n): k of the protocol's "
-             "n splits). Published columns from shared/REFERENCE.md (`pyro_bdl/workflows/uci_published.py`). Written "
-             "by `pyro-bdl bench uci` (`pyro_bdl/workflows/uci_bench.py`).", "",
+             "n splits). Published columns from shared/REFERENCE.md (`pyro_bdl/bench/uci_published.py`). Written "
+             "by `pyro-bdl bench uci` (`pyro_bdl/bench/uci.py`).", "",
              f"Runs ({wall / 3600:.2f} h of wall time in all):", ""]
     lines += [f"- {r['date']}: `{r['command']}` ({r['machine']}; {r['wall_seconds']:.0f} s, {r['fits']} fits)"
               for r in runs]

@@ -17,7 +17,7 @@ reparameterised gradient of a last layer's expected log-likelihood against its c
 
 Example
 -------
->>> import pyro_bdl.studies.gradient_variance as g
+>>> import pyro_bdl.bench.gradient_variance as g
 >>> draws = g.gradient_draws("blr", "reparam", num=5)           # the zoo's Bayesian linear regression
 >>> draws.shape[0]
 5

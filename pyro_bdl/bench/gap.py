@@ -106,7 +106,7 @@ class GapReport:
     """A fit's predictive on a gap problem's grid and its judgement.
 
     ``x``: the grid (n,); ``table``: :meth:`FitResult.predict` on it (mean, sd, aleatoric_sd, epistemic_sd);
-    ``check``: the :class:`~pyro_bdl.studies.gap.GapCheck`; ``inside``, ``gap``: the regions (n,) masks.
+    ``check``: the :class:`~pyro_bdl.bench.gap.GapCheck`; ``inside``, ``gap``: the regions (n,) masks.
     """
 
     problem: GapProblem
