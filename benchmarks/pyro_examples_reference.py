@@ -1,5 +1,5 @@
 """Regenerate tests/fixtures/pyro_examples_reference.json: Pyro's own ``MCMC(NUTS(model))``, run long, on each
-example of tests/pyro_example_models.py, summarised per latent (and deterministic) site and element: posterior
+example of tests/support/pyro_example_models.py, summarised per latent (and deterministic) site and element: posterior
 mean, sd, the ESS of each (ArviZ's ``ess`` methods "mean" and "sd"), kurtosis (for the Monte Carlo error of an
 sd) and r_hat, with the number of divergent transitions, Pyro's version, the seed and the settings.
 
@@ -34,7 +34,7 @@ from pyro.infer.inspect import site_is_deterministic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from pyro_example_models import EXAMPLES, as_pyro_call  # noqa: E402
+from support.pyro_example_models import EXAMPLES, as_pyro_call  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "pyro_examples_reference.json"
 

@@ -34,7 +34,7 @@ from torch import nn
 import pyro_bdl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from pyro_example_models import BayesianRegression  # noqa: E402  (the tutorial's model, as the tests run it)
+from support.pyro_example_models import BayesianRegression  # noqa: E402  (the tutorial's model, as the tests run it)
 
 
 class BNN(PyroModule):

@@ -223,8 +223,8 @@ def _cmd_active_learn(args) -> None:
     history = compare_acquisitions(
         spec.name, pool, args.inference, acquisitions, seeds=range(args.seed, args.seed + args.seeds),
         progress=not args.no_progress, test=test, initial=args.initial, batch=args.batch, rounds=args.rounds,
-        batch_mode=args.batch_mode, options=options, checkpoint=out / "checkpoint-{acquisition}-{seed}.json",
-        **settings)
+        batch_mode=args.batch_mode, options=options, checkpoint=out / "checkpoint-{acquisition}-{seed}.jsonl",
+        workers=args.jobs, **settings)
     atomic_write_text(out / "history.csv", history.to_csv(index=False))
     metric = "rmse" if regression else "accuracy"
     import matplotlib.pyplot as plt
@@ -454,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-mode", default="top", help="top (the highest scores) or stochastic (sampled in "
                                                       "proportion to them)")
     p.add_argument("--seeds", type=int, default=1, help="runs per acquisition, seeds --seed, --seed + 1, ... (1)")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes, one torch thread "
+                                                       "each (1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="inference setting, e.g. --set steps=1000")

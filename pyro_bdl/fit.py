@@ -18,7 +18,7 @@ from typing import Callable
 import pyro
 import torch
 
-from pyro_bdl.data.checks import DataWarning
+from pyro_bdl.data.checks import DataWarning, outside_stacklevel
 from pyro_bdl.data.table import DataError, nan_check_kwargs
 from pyro_bdl.data.task import Task
 from pyro_bdl.inference import model_params
@@ -105,15 +105,13 @@ def fit(
     init_loc_fn, plan = settings.pop("init_loc_fn", None), resolve(spec, inference, guide, settings)
     resolved = dict(plan.settings)
     device, group = _placement(plan.method, device, threads)
+    pyro.clear_param_store()  # before the model's prototype trace: another fit's parameters are not this model's
     prepared = prepare(model, data, target=target, options=options, device=device, standardize_on=standardize_on)
-    _check_data(spec, plan.method, prepared, resolved)
+    observed = _check_data(spec, plan.method, prepared, resolved)
     join(device)
     pyro.set_rng_seed(seed)
-    pyro.clear_param_store()
-    observed = _checked_sites(prepared.sites, plan.method)
+    record = _record(model, spec, seed, resolved, prepared)
     count = _thread_count(threads, prepared, resolved, group)
-    record = FitRecord.of(spec.name if spec is not None else getattr(model, "__name__", "model"), seed, resolved,
-                          prepared.options, prepared.dataset, has_features=spec is None or bool(spec.data.features))
     record.runs_on = {"device": str(device), "threads": count, "processes": group.world}
     saver = _checkpoint(checkpoint, plan, record, prepared.kwargs, guide, spec or model)
     start = time.perf_counter()
@@ -129,14 +127,22 @@ def fit(
     return result
 
 
-def _check_data(spec, method, prepared: PreparedModel, resolved: dict) -> None:
-    """The data and the model checked for the method before anything runs: minibatches only for a model that takes
-    them, no NaN, and a model the method suits (a user's model: its traits read from a trace)."""
+def _record(model, spec, seed: int, resolved: dict, prepared: PreparedModel) -> FitRecord:
+    name = spec.name if spec is not None else getattr(model, "__name__", "model")
+    return FitRecord.of(name, seed, resolved, prepared.options, prepared.dataset,
+                        has_features=spec is None or bool(spec.data.features))
+
+
+def _check_data(spec, method, prepared: PreparedModel, resolved: dict) -> list[str]:
+    """The data and the model checked for the method before anything runs: a supervised model's target, minibatches
+    only for a model that takes them, no NaN, a model the method suits (a user's model: its traits read from its
+    prototype trace) and one with observations and something to infer.  Returns the observed sites."""
     if spec is not None and spec.data.target is not None and prepared.dataset is not None and prepared.dataset.y is None:
         raise DataError(f"{prepared.dataset.name}: no target to fit on (model '{spec.name}' is supervised)")
     _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
     nan_check_kwargs(prepared.kwargs)
     _check_traits(spec, method, prepared.sites)
+    return _checked_sites(prepared.sites, method)
 
 
 def _runner_extra(plan, spec, bound, init_loc_fn) -> dict:
@@ -216,7 +222,8 @@ def _checked_sites(sites: Prototype, method) -> list[str]:
     elif params and not method.learns_params:
         warnings.warn(f"the model's pyro.param sites ({', '.join(params)}) are held at their initial values by "
                       f"'{method.name}', which samples only the sample sites; give them a prior (pyro.sample) to infer "
-                      f"them, or fit with a method that optimises them ({', '.join(learners)})", UserWarning, stacklevel=3)
+                      f"them, or fit with a method that optimises them ({', '.join(learners)})", UserWarning,
+                      stacklevel=outside_stacklevel())
     return list(sites.observed)
 
 
@@ -235,7 +242,7 @@ def _check_prior_scale(result: FitResult) -> None:
         warnings.warn(f"model '{spec.name}': the posterior sits far out in the model's fixed priors: {far}. The data "
                       f"push against a prior scale too small for their units, and the posterior is pulled towards it: "
                       f"standardise the data, or widen the prior (`pyro-bdl describe {spec.name}` lists the options)",
-                      DataWarning, stacklevel=4)
+                      DataWarning, stacklevel=outside_stacklevel())
 
 
 def _checkpoint(path, plan, record: FitRecord, kwargs: dict, guide, model) -> Checkpoint | None:
@@ -294,4 +301,5 @@ def _diagnose(result: FitResult, method) -> None:
     _check_prior_scale(result)
     for name, value in result.samples.items():
         if not torch.isfinite(value).all():
-            warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"the draws of site '{name}' contain NaN or infinite values", RuntimeWarning,
+                          stacklevel=outside_stacklevel())

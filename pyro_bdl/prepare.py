@@ -91,33 +91,8 @@ def prepare(model, data=None, *, target: str | None = None, options: dict | None
     options = options or {}
     spec = spec_of(model)
     if spec is not None:
-        if data is None:
-            data = spec.default_data
-        dataset = spec.load_data(data, target) if isinstance(data, (str, Path, pd.DataFrame)) else data
-        if isinstance(dataset, dict):
-            dataset = _arguments_as_dataset(spec, dataset)
-        if not isinstance(dataset, Dataset):
-            kwargs = move_to(as_model_kwargs(dataset), device)
-            return PreparedModel(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
-        dataset = Dataset(dataset.name, dataset.X.to(device), None if dataset.y is None else dataset.y.to(device),
-                          dataset.feature_names, dataset.target_name)
-        if spec.data.check is not None:
-            spec.data.check(dataset)
-        regression = spec.data.task is Task.REGRESSION
-        # warns about constant columns (the inputs of a supervised model; a generative model of the columns, as the
-        # VAEs are, models a constant pixel as data)
-        check_training_data(dataset, regression=regression,
-                            features=spec.data.task.has_input_features)
-        resolved = spec.resolve_options(options)
-        if spec.data.infer_options is not None:  # options the data decide, e.g. the number of classes
-            resolved.update({k: v for k, v in spec.data.infer_options(dataset).items() if resolved.get(k) is None})
-        bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
-        if not spec.data.standardize:
-            return PreparedModel(spec, bound, original, dataset, resolved)
-        standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None,
-                                        x_reference=_reference_inputs(standardize_on, dataset))
-        standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
-        return PreparedModel(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
+        return _prepare_zoo(spec, spec.default_data if data is None else data, target, options, device,
+                            standardize_on)
     if options:
         raise ValueError("options=... are for zoo models; bind your own model's options with functools.partial")
     if not callable(model):
@@ -126,7 +101,37 @@ def prepare(model, data=None, *, target: str | None = None, options: dict | None
     kwargs = move_to(kwargs, device)
     sites = Prototype.of(bound, kwargs)
     return PreparedModel(None, bound, kwargs, data if isinstance(data, Dataset) else None,
-                     run=as_event_dims(bound, sites.unplated) if sites.unplated else None, sites=sites)
+                         run=as_event_dims(bound, sites.unplated) if sites.unplated else None, sites=sites)
+
+
+def _prepare_zoo(spec: ModelSpec, data, target, options: dict, device, standardize_on) -> PreparedModel:
+    """A zoo model's data loaded, checked and bound, its options those the data decide filled in, its inputs (and a
+    regression's target) standardised where the model works in standardised units."""
+    dataset = spec.load_data(data, target) if isinstance(data, (str, Path, pd.DataFrame)) else data
+    if isinstance(dataset, dict):
+        dataset = _arguments_as_dataset(spec, dataset)
+    if not isinstance(dataset, Dataset):
+        kwargs = move_to(as_model_kwargs(dataset), device)
+        return PreparedModel(spec, spec.bind(options), kwargs, None, spec.resolve_options(options))
+    dataset = Dataset(dataset.name, dataset.X.to(device), None if dataset.y is None else dataset.y.to(device),
+                      dataset.feature_names, dataset.target_name)
+    if spec.data.check is not None:
+        spec.data.check(dataset)
+    regression = spec.data.task is Task.REGRESSION
+    # warns about constant columns (the inputs of a supervised model; a generative model of the columns, as the
+    # VAEs are, models a constant pixel as data)
+    check_training_data(dataset, regression=regression,
+                        features=spec.data.task.has_input_features)
+    resolved = spec.resolve_options(options)
+    if spec.data.infer_options is not None:  # options the data decide, e.g. the number of classes
+        resolved.update({k: v for k, v in spec.data.infer_options(dataset).items() if resolved.get(k) is None})
+    bound, original = spec.bind(resolved), spec.data_kwargs(dataset)
+    if not spec.data.standardize:
+        return PreparedModel(spec, bound, original, dataset, resolved)
+    standardizer = Standardizer.fit(dataset.X, dataset.y if regression and dataset.y is not None else None,
+                                    x_reference=_reference_inputs(standardize_on, dataset))
+    standardized = StandardizedModel(bound, standardizer, spec.data.features, spec.data.target)
+    return PreparedModel(spec, bound, standardized.standardize(original), dataset, resolved, standardized, original)
 
 
 def _reference_inputs(inputs, dataset: Dataset) -> torch.Tensor | None:

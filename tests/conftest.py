@@ -27,18 +27,6 @@ def _fresh_pyro_state():
     pyro.clear_param_store()
 
 
-def centred_schools(sigma, y=None):
-    """Eight schools, centred, as Pyro's examples write it: theta_j ~ N(mu, tau), y_j ~ N(theta_j, sigma_j) (shared
-    by the tests of user programs: the no-mode check, reparameterised sites, predicting other groups)."""
-    import pyro.distributions as dist
-
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("J", len(sigma)):
-        theta = pyro.sample("theta", dist.Normal(mu, tau))
-        pyro.sample("y", dist.Normal(theta, sigma), obs=y)
-
-
 def one_of_each(cases: list[tuple[str, str]]) -> list:
     """``cases`` (model, method pairs of the registry) as pytest params: the fast tier runs a subset in which every
     model and every method appears at least once (each method's first pair, then the first pair of any model not

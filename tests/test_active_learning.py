@@ -146,6 +146,11 @@ def test_compare_acquisitions_stacks_the_runs(line):
         ("random", 0): 2, ("random", 1): 2, ("variance", 0): 2, ("variance", 1): 2}
     ax = pyro_bdl.workflows.active_learning.plot_learning_curves(frame, "rmse")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["variance (2 seeds)", "random (2 seeds)"]
+    side_by_side = compare_acquisitions("blr", pool, "importance", ("variance", "random"), seeds=(0, 1), test=test,
+                                        initial=3, batch=2, rounds=1, progress=False, samples=300,
+                                        options={"noise": 0.3}, workers=2)  # the runs in two processes: same frame
+    timing = ["fit_seconds", "score_seconds"]
+    pd.testing.assert_frame_equal(frame.drop(columns=timing), side_by_side.drop(columns=timing))
 
 
 @pytest.mark.slow

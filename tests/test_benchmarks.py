@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from toy_uci import write_uci
+from support.toy_uci import write_uci
 
 from pyro_bdl.bench.uci import run_split
 

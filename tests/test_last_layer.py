@@ -24,8 +24,8 @@ import pandas as pd
 import pyro
 import pytest
 import torch
-from posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
-from problems import last_layer_problem
+from support.posterior_checks import K, check_means, check_sds, ess, exact_posterior_of, flat_draws
+from support.problems import last_layer_problem
 from pyro.infer import NUTS
 
 import pyro_bdl

@@ -17,11 +17,9 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.inference.mode_check import running_to_an_edge
-from conftest import centred_schools
-from pyro_example_models import EXAMPLES
+from support.problems import SCHOOLS_SIGMA, SCHOOLS_Y, centred_schools
+from support.pyro_example_models import EXAMPLES
 
-SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 
 
 def tight_noise(y):

@@ -19,7 +19,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from problems import PROBLEMS
+from support.problems import PROBLEMS, SCHOOLS_SIGMA, SCHOOLS_Y
 
 from pyro_bdl.inference.mcmc import dynamics
 from pyro_bdl.inference.mcmc import sampler as sampler_module
@@ -257,8 +257,7 @@ def eight_schools(y, sigma, centred=True):
         pyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
-EIGHT_SCHOOLS = {"y": torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]),
-                 "sigma": torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])}
+EIGHT_SCHOOLS = {"y": SCHOOLS_Y, "sigma": SCHOOLS_SIGMA}
 
 
 @pytest.mark.slow

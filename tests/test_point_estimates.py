@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from problems import PROBLEMS
+from support.problems import PROBLEMS
 
 import pyro_bdl
 from pyro_bdl.models.blr import least_squares, posterior_moments

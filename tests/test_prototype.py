@@ -14,12 +14,12 @@ import pyro_bdl
 from pyro_bdl.inference.prototype import Prototype, prototype_of, sharing
 from pyro_bdl.prepare import prepare
 
-Y = torch.tensor([28.0, 8, -3, 7, -1, 1, 18, 12])
-SIGMA = torch.tensor([15.0, 10, 16, 11, 9, 11, 10, 18])
+from support.problems import SCHOOLS_SIGMA as SIGMA, SCHOOLS_Y as Y
 
 
 def counted():
-    """Non-centred eight schools that counts its runs."""
+    """Non-centred eight schools (:func:`support.problems.noncentred_schools`, with a deterministic site of another
+    name) that counts its runs."""
     runs = [0]
 
     def schools(sigma, y=None):

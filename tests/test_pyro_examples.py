@@ -73,8 +73,8 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pytest
-from posterior_checks import K
-from pyro_example_models import EXAMPLES
+from support.posterior_checks import K
+from support.pyro_example_models import EXAMPLES
 
 import pyro_bdl
 
@@ -106,7 +106,9 @@ CASES = [
     ("fully_pooled", "nuts", NUTS, ()),
     ("fully_pooled", "svi", SVI, ()),
     ("fully_pooled", "map", MAP, ()),
-    ("not_pooled", "nuts", NUTS, ()),
+    # 4 chains: at 2 x 1000 draws the largest of the 18 players' R-hats is 1.005-1.013 over seeds (1.013 > 1.01 at
+    # seed 0 in this environment); at 4 chains 1.003-1.005
+    ("not_pooled", "nuts", {**NUTS, "chains": 4}, ()),
     ("not_pooled", "svi", SVI, ()),
     ("not_pooled", "map", MAP, ()),
     ("partially_pooled", "nuts-warns", NUTS, ()),

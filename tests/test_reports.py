@@ -26,8 +26,10 @@ def test_regression_metrics_are_in_the_units_of_the_target():
     scale, shift = 1000.0, -40.0
 
     def metrics(tr, te):
-        with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # 300 steps: short on purpose
-            fit = pyro_bdl.fit("bnn-regressor", tr, inference="map", steps=300, progress=False, options={"hidden": "16"})
+        # 60 steps, short on purpose: the two standardised targets differ by float32 rounding, which a long
+        # optimisation amplifies (at 300 steps the RMSEs differed by 0.3 % at one seed, 0.1 % at another)
+        with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
+            fit = pyro_bdl.fit("bnn-regressor", tr, inference="map", steps=60, progress=False, options={"hidden": "16"})
         return evaluate_fit(fit, te)
 
     plain = metrics(train, test)

@@ -16,6 +16,7 @@ from pyro.infer.autoguide import AutoNormal
 
 import pyro_bdl
 from pyro_bdl.inference.guides import MeanFieldGuide
+from support.problems import SCHOOLS_SIGMA, SCHOOLS_Y, centred_schools, noncentred_schools
 
 K = 4.5
 
@@ -113,20 +114,6 @@ def test_model_without_observations_is_rejected():
         pyro_bdl.fit(normal_mean_model, {"n": 3}, inference="map", progress=False)
 
 
-# Eight schools (Rubin 1981), non-centred: theta is a deterministic function of the latents.
-SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-
-
-def eight_schools(sigma, y=None):
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", len(sigma)):
-        theta_tilde = pyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
-        theta = pyro.deterministic("theta", mu + tau * theta_tilde)
-        return pyro.sample("obs", dist.Normal(theta, sigma), obs=y)
-
-
 @pytest.mark.parametrize("method,settings,shape", [
     ("nuts", {"samples": 100, "warmup": 100, "chains": 2}, (2, 100, 8)),
     ("svi", {"steps": 300, "samples": 50}, (1, 50, 8)),
@@ -136,7 +123,7 @@ def test_deterministic_site_is_in_the_posterior_not_the_likelihood(method, setti
     data = {"sigma": SCHOOLS_SIGMA, "y": SCHOOLS_Y}
     with warnings.catch_warnings():  # short runs: convergence is not what is tested here
         warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
-        result = pyro_bdl.fit(eight_schools, data, inference=method, progress=False, **settings)
+        result = pyro_bdl.fit(noncentred_schools, data, inference=method, progress=False, **settings)
     assert result.likelihood_sites == ["obs"]
     idata = result.to_inference_data()
     assert list(idata.log_likelihood.data_vars) == ["obs"]
@@ -177,7 +164,6 @@ def test_a_reparameterised_site_is_not_a_likelihood_term():
     from pyro.infer.reparam import LocScaleReparam
     from pyro import poutine
 
-    from conftest import centred_schools
 
     noncentred = poutine.reparam(centred_schools, config={"theta": LocScaleReparam(centered=0.0)})
     y, sigma = torch.tensor([28.0, 8.0, -3.0, 7.0]), torch.tensor([15.0, 10.0, 16.0, 11.0])
@@ -199,7 +185,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     from pathlib import Path
 
     from pyro_bdl.inference.svi import EXCHANGEABLE_SPREAD, init_to_prior_mean
-    from pyro_example_models import EXAMPLES
+    from support.pyro_example_models import EXAMPLES
 
     from types import SimpleNamespace
 
@@ -225,7 +211,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
 def test_predicting_other_groups_than_the_fit_is_a_clear_error():
     """Eight schools' theta is one entry per school fitted: asked to predict 3 schools, predict names the site and
     the shapes instead of a broadcasting error from inside the model; the same 8 schools with other sigmas predict."""
-    from conftest import centred_schools as schools
+    schools = centred_schools
 
     y, sigma = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]), torch.full((8,), 10.0)
     with warnings.catch_warnings():

@@ -15,15 +15,29 @@ Example
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import torch
 
-__all__ = ["DataWarning", "check_training_data"]
+__all__ = ["DataWarning", "check_training_data", "outside_stacklevel"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class DataWarning(UserWarning):
     """Data that can be fitted but probably should not be as it is (a constant column)."""
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the caller of this function name the first frame outside
+    the package: the user's line, however many of the package's functions lie between (``fit`` or ``prepare`` or a
+    workflow)."""
+    level, frame = 1, sys._getframe(2)  # 1: the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+        level, frame = level + 1, frame.f_back
+    return level + 1
 
 
 def check_training_data(dataset, regression: bool = True, features: bool = True) -> None:
@@ -38,7 +52,7 @@ def check_training_data(dataset, regression: bool = True, features: bool = True)
     if regression and y is not None and len(y) > 1 and bool((y == y[0]).all()):
         warnings.warn(f"{name}: the target '{dataset.target_name}' is constant ({float(y[0]):g} in every row); "
                       "a regression on it has nothing to learn (its noise sd collapses towards zero)", DataWarning,
-                      stacklevel=3)
+                      stacklevel=outside_stacklevel())
     X = dataset.X
     if features and X.ndim == 2 and X.shape[0] > 1 and X.shape[1] > 0:
         constant = torch.nonzero((X == X[0]).all(dim=0)).flatten().tolist()
@@ -46,4 +60,4 @@ def check_training_data(dataset, regression: bool = True, features: bool = True)
             names = [dataset.feature_names[i] if i < len(dataset.feature_names) else str(i) for i in constant]
             shown = ", ".join(map(repr, names[:5])) + (" ..." if len(names) > 5 else "")
             warnings.warn(f"{name}: feature column(s) {shown} are constant and carry no information", DataWarning,
-                          stacklevel=3)
+                          stacklevel=outside_stacklevel())

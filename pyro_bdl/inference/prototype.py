@@ -4,7 +4,7 @@ A fit asks many questions of a model that one run of it answers: which sites are
 which ``pyro.param`` sites it has and their initial values, which discrete sites it enumerates and how its plates
 nest, which batch dimensions lie outside every plate, how large its largest operation is, the support of every
 latent site.  :class:`Prototype` takes that run once (hidden from outer handlers, without gradients, its random
-draws moving no stream and its parameters left out of the param store) and reads the answers from it, as Pyro's
+draws moving no stream and the parameters it makes left out of the param store) and reads the answers from it, as Pyro's
 ``initialize_model`` returns one prototype trace for reuse.
 
 :func:`pyro_bdl.fit` takes one prototype per fit and shares it (:func:`sharing`) with the checks and the method's
@@ -56,7 +56,8 @@ class Prototype:
     observed : the observed sample sites (likelihood terms; not ``pyro.deterministic`` sites).
     latent : the latent sample sites (unobserved, not subsample, not auxiliary), in the order the model runs them.
     deterministic : the ``pyro.deterministic`` sites (and the sites a reparameteriser leaves in an original's place).
-    params : the model's ``pyro.param`` / ``pyro.module`` sites at their initial values, name -> detached tensor.
+    params : the model's ``pyro.param`` / ``pyro.module`` sites, name -> detached tensor: the param store's value
+        where it held the site when the trace was taken, else the initial value.
     unplated : sample site -> how many of its rightmost batch dimensions lie outside every plate (sites with none
         left out; :mod:`pyro_bdl.inference.site_shapes`).
     enumerated : the latent sites marked for enumeration and discrete (an unmarked discrete site left out).
@@ -75,15 +76,20 @@ class Prototype:
         """One run of ``model(**data)``: hidden, without gradients, its draws moving no random stream, the
         parameters it makes left out of the param store (their initial values are kept in :attr:`params`).  A prior
         that cannot be sampled (``ImproperUniform``) is a ``ValueError`` that says so."""
-        with torch.no_grad(), poutine.block(), kept_rng(), pyro.get_param_store().scope():
-            try:
+        store = pyro.get_param_store()
+        before = set(store.keys())  # the run sees them (a loaded fit's feature map reads its layers from the store)
+        try:
+            with torch.no_grad(), poutine.block(), kept_rng():
                 trace = poutine.trace(model).get_trace(**data)
-            except NotImplementedError as error:
-                raise ValueError(f"the model's prior cannot be sampled ({error}): pyro-bdl reads a model's sites from "
-                                 f"one run of it at a draw of its prior; give every latent site a proper prior") from None
-            for site in trace.nodes.values():
-                if site["type"] == "param":  # a module's parameter is the tensor training will move: keep a copy
-                    site["value"] = site["value"].detach().clone()
+        except NotImplementedError as error:
+            raise ValueError(f"the model's prior cannot be sampled ({error}): pyro-bdl reads a model's sites from "
+                             f"one run of it at a draw of its prior; give every latent site a proper prior") from None
+        finally:
+            for name in set(store.keys()) - before:  # those the run made: left out
+                del store[name]
+        for site in trace.nodes.values():
+            if site["type"] == "param":  # a module's parameter is the tensor training will move: keep a copy
+                site["value"] = site["value"].detach().clone()
         return cls(trace)
 
     def _sites(self, keep) -> list[str]:

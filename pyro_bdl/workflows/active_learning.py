@@ -52,6 +52,7 @@ from pyro_bdl.data.task import Task
 from pyro_bdl.fit import fit
 from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference import METHODS
+from pyro_bdl.inference.parallel.pool import run_jobs
 from pyro_bdl.posterior.acquisition import ACQUISITIONS, BATCH_MODES, CLASSIFICATION, REGRESSION, pick_batch, score
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.registry import ModelSpec, spec_of
@@ -171,22 +172,28 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
 
 
 def compare_acquisitions(model, pool, inference: str = "mc-dropout", acquisitions: Sequence[str] = ("bald", "random"),
-                         seeds: Sequence[int] = (0,), progress: bool = True, **kwargs) -> pd.DataFrame:
+                         seeds: Sequence[int] = (0,), progress: bool = True, workers: int = 1, **kwargs) -> pd.DataFrame:
     """The histories of :func:`active_learning` for every acquisition and seed, one frame (columns ``acquisition``
-    and ``seed`` tell them apart): what :func:`plot_learning_curves` draws.  ``kwargs`` as for
-    :func:`active_learning` (a ``checkpoint`` is given per run: ``{acquisition}`` and ``{seed}`` in it are
-    filled in)."""
+    and ``seed`` tell them apart): what :func:`plot_learning_curves` draws.  ``workers``: runs side by side in that
+    many processes (:func:`~pyro_bdl.inference.parallel.pool.run_jobs`; one torch thread each, no progress bars);
+    the histories are the same as one process's.  ``kwargs`` as for :func:`active_learning` (a ``checkpoint`` is
+    given per run: ``{acquisition}`` and ``{seed}`` in it are filled in)."""
     spec = spec_of(model)
     for acquisition in acquisitions:  # every name checked before the first run
         _check_acquisition(acquisition, spec)
-    frames = []
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
     checkpoint = kwargs.pop("checkpoint", None)
-    for acquisition in acquisitions:
-        for seed in seeds:
-            where = None if checkpoint is None else str(checkpoint).format(acquisition=acquisition, seed=seed)
-            frames.append(active_learning(model, pool, inference, acquisition, seed=seed, checkpoint=where,
-                                          progress=progress, **kwargs).history)
-    return pd.concat(frames, ignore_index=True)
+
+    def one_run(job: tuple[str, int]) -> pd.DataFrame:
+        acquisition, seed = job
+        where = None if checkpoint is None else str(checkpoint).format(acquisition=acquisition, seed=seed)
+        return active_learning(model, pool, inference, acquisition, seed=seed, checkpoint=where,
+                               progress=progress and workers == 1, **kwargs).history
+
+    jobs = [(acquisition, seed) for acquisition in acquisitions for seed in seeds]
+    histories = {(h["acquisition"].iloc[0], int(h["seed"].iloc[0])): h for h in run_jobs(one_run, jobs, workers)}
+    return pd.concat([histories[job] for job in jobs], ignore_index=True)
 
 
 def labels_to_reach(history: pd.DataFrame, metric: str, value: float) -> int | None:
