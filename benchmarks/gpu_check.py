@@ -38,7 +38,7 @@ print(f"OK   {model:15} {method:15} fit on {sorted(on)}, loaded on {sorted(cpu)}
 import torch  # noqa: E402
 
 if not torch.cuda.is_available():
-    print("no CUDA GPU on this machine: nothing to check (tests/test_parallel.py skips its GPU tests likewise)")
+    print("no CUDA GPU on this machine: nothing to check (tests/inference/parallel/test_parallel.py skips its GPU tests likewise)")
     sys.exit(0)
 for model, method in RUNS:
     done = subprocess.run([sys.executable, "-c", ONE, model, method], capture_output=True, text=True, timeout=120)

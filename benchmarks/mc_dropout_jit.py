@@ -1,7 +1,7 @@
 """``mc-dropout`` and ``concrete-dropout`` (``--method``) on the zoo's networks: the compiled ELBO (``jit=True``, the
 networks' default) against the eager one, whole fits at the method's other defaults, on a family of problems.
 
-The compiled training loss equals the eager one at the same draws (``tests/test_bbb_path.py``,
+The compiled training loss equals the eager one at the same draws (``tests/inference/test_bbb_path.py``,
 ``test_compiled_elbo_equals_the_eager_one_under_dropout``); here, what that buys per fit and whether the fits are as
 good.  Problems (``--problems``, all by default; a 75/25 split, seed 0):
 

@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/pyro_examples_reference.json: Pyro's own ``MCMC(NUTS(model))``, run long, on each
+"""Regenerate tests/support/fixtures/pyro_examples_reference.json: Pyro's own ``MCMC(NUTS(model))``, run long, on each
 example of tests/support/pyro_example_models.py, summarised per latent (and deterministic) site and element: posterior
 mean, sd, the ESS of each (ArviZ's ``ess`` methods "mean" and "sd"), kurtosis (for the Monte Carlo error of an
 sd) and r_hat, with the number of divergent transitions, Pyro's version, the seed and the settings.
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from support.pyro_example_models import EXAMPLES, as_pyro_call  # noqa: E402
 
-FIXTURE = ROOT / "tests" / "fixtures" / "pyro_examples_reference.json"
+FIXTURE = ROOT / "tests" / "support" / "fixtures" / "pyro_examples_reference.json"
 
 
 def deterministic_sites(model, args, kwargs) -> list[str]:

@@ -16,7 +16,7 @@ Workloads (``--quick`` shrinks every run for the smoke test):
   through ``pyro_bdl.fit``: time per leapfrog against the floors, tree depths; and the kernel's
   compiled leaf against the bare compiled potential, timed in alternating rounds.
 
-Every line "ratio ..." is measured in this run; nothing here is asserted (tests/test_benchmarks.py
+Every line "ratio ..." is measured in this run; nothing here is asserted (tests/bench/test_benchmarks.py
 checks that it runs and that posterior means agree).  Results: benchmarks/RESULTS.md.
 
 Example: ``python benchmarks/speed_mcmc.py --threads 1`` (about 10 minutes), ``--quick`` (a minute).

@@ -7,7 +7,7 @@ models (issue 35)"::
     .venv/bin/python benchmarks/svi_defaults_user.py --family check --seeds 0 1 2
     .venv/bin/python benchmarks/svi_defaults_user.py --short
     .venv/bin/python benchmarks/svi_defaults_user.py --rugged 5
-    .venv/bin/python benchmarks/svi_defaults_user.py --write-fixture tests/fixtures/rugged_nuts.json
+    .venv/bin/python benchmarks/svi_defaults_user.py --write-fixture tests/support/fixtures/rugged_nuts.json
 
 Two generated families of user-style models (plain Pyro functions fitted with ``pyro_bdl.fit(model, data)``, data in
 their own units): ``tune``, the one the defaults were chosen on (the ruggedness regression of Pyro's
@@ -514,7 +514,7 @@ def references(problem: Problem, cache: dict, quick: bool) -> dict:
 def rugged_table(seeds: int, fixture: str) -> int:
     """The ruggedness stand-in fitted with ``svi`` (guides normal and mvn) at the user defaults and at the old
     schedule, ``seeds`` seeds each: per site the mean over seeds of the posterior mean, its sd over seeds, the mean
-    posterior sd, and the distance from NUTS (``fixture``: tests/fixtures/rugged_nuts.json) in NUTS sds."""
+    posterior sd, and the distance from NUTS (``fixture``: tests/support/fixtures/rugged_nuts.json) in NUTS sds."""
     with open(fixture) as f:
         nuts = json.load(f)["sites"]
     problem = Problem("rugged", "tune", rugged_model, lambda seed: rugged_data())  # the fixture's data (seed 35)
@@ -571,9 +571,9 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more settings for every fit")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one small model, svi and map, 300 steps")
     parser.add_argument("--write-fixture", metavar="PATH",
-                        help="write the NUTS reference of the ruggedness stand-in (tests/test_svi_convergence.py's) and stop")
+                        help="write the NUTS reference of the ruggedness stand-in (tests/inference/test_svi_convergence.py's) and stop")
     parser.add_argument("--rugged", type=int, metavar="SEEDS",
-                        help="the ruggedness stand-in's svi fits next to NUTS (tests/fixtures/rugged_nuts.json), over SEEDS "
+                        help="the ruggedness stand-in's svi fits next to NUTS (tests/support/fixtures/rugged_nuts.json), over SEEDS "
                              "seeds, and stop")
     parser.add_argument("--replay", nargs="+", metavar="LOG", help="tally tables this script printed (see replay) and stop")
     parser.add_argument("--visible", type=float, default=DRIFT_VISIBLE, help="the DRIFT_VISIBLE to replay them with")
@@ -585,7 +585,7 @@ def main(argv=None) -> int:
     if args.write_fixture:
         return write_fixture(args.write_fixture)
     if args.rugged:
-        return rugged_table(args.rugged, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "rugged_nuts.json"))
+        return rugged_table(args.rugged, str(Path(__file__).resolve().parents[1] / "tests" / "support" / "fixtures" / "rugged_nuts.json"))
     extra = {k: v for k, _, v in (p.partition("=") for p in args.set)}
     if args.short:
         args.candidates, args.methods = SHORT, ["svi", "map"]

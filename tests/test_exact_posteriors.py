@@ -33,10 +33,10 @@ MODELS = [spec.name for spec in list_models() if spec.hooks.exact_posterior is n
 #: "moments": posterior means and sds within Monte Carlo error;
 #: "means": means only (mean-field VI: on a Gaussian posterior its means are exact, its sds too small);
 #: "gaussian": means and sds exactly where the posterior is Gaussian (every latent unconstrained, as in these
-#: linear-Gaussian models); the coin's logit-space Laplace is checked in tests/test_laplace.py;
+#: linear-Gaussian models); the coin's logit-space Laplace is checked in tests/inference/test_laplace.py;
 #: "mode": the posterior mode, here where it is the mean (Gaussian posteriors); the coin's mode and the
-#: ridge form in tests/test_point_estimates.py;
-#: None: not a posterior (MLE: tests/test_point_estimates.py).
+#: ridge form in tests/inference/test_point_estimates.py;
+#: None: not a posterior (MLE: tests/inference/test_point_estimates.py).
 PROMISES = {
     "nuts": "moments", "hmc": "moments", "metropolis": "moments", "importance": "moments",
     "svi": "moments",  # with a guide whose family holds the exact posterior: EXACT_FAMILY_GUIDE

@@ -1,6 +1,6 @@
 """Pyro's own example and tutorial models, as written (tests/pyro_example_models.py: the same signatures, argument
 names and data forms), through ``pyro_bdl.fit(model, data, inference=...)``, against a long run of Pyro's own
-``MCMC(NUTS(model))`` stored in tests/fixtures/pyro_examples_reference.json (benchmarks/pyro_examples_reference.py
+``MCMC(NUTS(model))`` stored in tests/support/fixtures/pyro_examples_reference.json (benchmarks/pyro_examples_reference.py
 regenerates it).  The data forms each example exercises (dicts, positional tuples, NumPy arrays, an argument named
 ``model``, a Python int, an int64 index tensor) are tabulated in tests/pyro_example_models.py.
 
@@ -77,8 +77,9 @@ from support.posterior_checks import K
 from support.pyro_example_models import EXAMPLES
 
 import pyro_bdl
+from support import FIXTURES
 
-REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "pyro_examples_reference.json").read_text())
+REFERENCE = json.loads((FIXTURES / "pyro_examples_reference.json").read_text())
 SVI_TOL = 0.3
 MAP_TOL = 0.5
 

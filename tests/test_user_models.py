@@ -15,6 +15,7 @@ from pyro.infer import SVI, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
 
 import pyro_bdl
+from support import FIXTURES
 from pyro_bdl.inference.guides import MeanFieldGuide
 from support.problems import SCHOOLS_SIGMA, SCHOOLS_Y, centred_schools, noncentred_schools
 
@@ -180,7 +181,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     """init_to_prior_mean (where svi and map start on a user's program) spreads the entries of a plated site that
     share one prior mean evenly over +/- 0.2 prior sd: started equal, two mixture components stay one (a saddle point).  Pyro's GMM
     tutorial model (enumerated assignments) then finds both components: its svi means within 0.3 posterior sds of
-    Pyro's NUTS (tests/fixtures/pyro_examples_reference.json), the test_pyro_examples tolerance."""
+    Pyro's NUTS (tests/support/fixtures/pyro_examples_reference.json), the test_pyro_examples tolerance."""
     import json
     from pathlib import Path
 
@@ -202,7 +203,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     example = EXAMPLES["gmm"]
     result = pyro_bdl.fit(example.model, example.data(), inference="svi", steps=2000, lr=0.05, progress=False, seed=0)
     draws = example.relabel({k: v.double().numpy() for k, v in result.samples.items()})
-    reference = json.loads((Path(__file__).parent / "fixtures" / "pyro_examples_reference.json").read_text())
+    reference = json.loads((FIXTURES / "pyro_examples_reference.json").read_text())
     for name, ref in reference["models"][example.reference_name]["sites"].items():
         mean = draws[name].reshape(draws[name].shape[0] * draws[name].shape[1], -1).mean(0)
         assert np.all(np.abs(mean - np.array(ref["mean"])) < 0.3 * np.array(ref["sd"])), (name, mean, ref["mean"])

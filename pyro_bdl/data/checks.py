@@ -24,6 +24,9 @@ import torch
 __all__ = ["DataWarning", "check_training_data", "outside_stacklevel"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the command line is the user's entry point: a warning of a fit it runs names its line (and it prints the warnings
+#: its own module is named in)
+_CLI = os.path.join(_PACKAGE, "cli.py")
 
 
 class DataWarning(UserWarning):
@@ -33,11 +36,15 @@ class DataWarning(UserWarning):
 def outside_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning raised by the caller of this function name the first frame outside
     the package: the user's line, however many of the package's functions lie between (``fit`` or ``prepare`` or a
-    workflow)."""
+    workflow); the command line's own module counts as outside (it is where a command's user is)."""
     level, frame = 1, sys._getframe(2)  # 1: the function that warns
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+    while frame is not None and _inside(os.path.abspath(frame.f_code.co_filename)):
         level, frame = level + 1, frame.f_back
     return level + 1
+
+
+def _inside(path: str) -> bool:
+    return path.startswith(_PACKAGE + os.sep) and path != _CLI
 
 
 def check_training_data(dataset, regression: bool = True, features: bool = True) -> None:

@@ -96,7 +96,7 @@ def sine_frame() -> pd.DataFrame:
     return pd.DataFrame({"x": x, "y": y})
 
 
-#: ``sine`` as a :class:`~pyro_bdl.data.gap.GapProblem` (the same data: tests/test_gap_problems.py), for
+#: ``sine`` as a :class:`~pyro_bdl.data.gap.GapProblem` (the same data: tests/data/test_gap_problems.py), for
 #: :func:`pyro_bdl.bench.gap.gap_report` and the generated family of other gap problems.
 SINE_PROBLEM = GapProblem("sine", sine_curve, SINE_GAP, SINE_NOISE, 200, 20150520, SINE_RANGE)
 

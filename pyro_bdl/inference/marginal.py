@@ -153,7 +153,7 @@ class IWAE_ELBO:
     pass; a loss callable ``loss(model, guide, **data)`` as :class:`pyro.infer.SVI` takes one.  Pyro's
     ``RenyiELBO(alpha=0)`` uses the scaled log densities inside the log-mean-exp (log (1/K) sum_k w_ik^(n/B)):
     the same bound on the whole data, a different objective when the model subsamples its rows
-    (``tests/test_vae.py`` shows both)."""
+    (``tests/models/test_vae.py`` shows both)."""
 
     def __init__(self, num_particles: int = 5):
         self.num_particles = int(num_particles)

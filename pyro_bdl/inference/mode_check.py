@@ -49,7 +49,7 @@ __all__ = ["running_to_an_edge", "EDGE_FRACTION"]
 EDGE_FRACTION = 1e-2
 #: The least rise of the log density towards an edge (nats per unit of the unconstrained coordinate: a factor e of a
 #: scale), absolute and in the curvature's units, read as a slope rather than an optimiser's jitter about a mode; the
-#: cases that must and must not warn: tests/test_mode_check.py.
+#: cases that must and must not warn: tests/inference/test_mode_check.py.
 RISE = 0.5
 
 

@@ -5,7 +5,7 @@ statistics need a few things Pyro does not promise to keep: attributes and funct
 underscore, a method patched on an instance, and the method names by which a ``Messenger`` is called.
 Each is listed in :data:`INTERNALS` (what it is, who uses it) and read through a function of this
 module, which raises :class:`PyroInternalsError` naming the attribute and the installed Pyro version
-when it is gone.  ``tests/test_pyro_internals.py`` checks every entry on the installed Pyro, so an
+when it is gone.  ``tests/inference/test_pyro_internals.py`` checks every entry on the installed Pyro, so an
 upgrade that drops one fails there, by name, rather than deep inside a fit.
 
 Checked against pyro-ppl 1.9.1 and 1.9.2 (:data:`CHECKED_PYRO_VERSIONS`: the sources of every file
@@ -115,8 +115,8 @@ INTERNALS = (
              "base.py: deterministic sites go to the posterior, never the likelihood (is_deterministic)"),
     Internal("pyro.infer.SVI", "step",
              "(public, but copied) pyro_bdl's SVI.step redoes its steps: capture the params with "
-             "poutine.trace(param_only=True), step them, clear their gradients; tests/test_bbb_path.py checks "
-             "that both give the same numbers, tests/test_pyro_internals.py that Pyro's step is the one copied",
+             "poutine.trace(param_only=True), step them, clear their gradients; tests/inference/test_bbb_path.py checks "
+             "that both give the same numbers, tests/inference/test_pyro_internals.py that Pyro's step is the one copied",
              "svi.py: SVI.step"),
 )
 

@@ -146,8 +146,8 @@ class SVI(pyro.infer.SVI):
     for them once, and the optimiser clears the gradients (``FastClippedAdam.zero_grad``): it zeroes
     those it keeps in one flat tensor and releases the others (``grad = None``: the next backward pass
     writes them, the same numbers as adding into zeros; a parameter stepped before that gets no
-    gradient is stepped with a zero one, as after Pyro's zeroing).  ``tests/test_bbb_path.py`` checks
-    that both steps give the same numbers; ``tests/test_pyro_internals.py`` that Pyro's step is still the
+    gradient is stepped with a zero one, as after Pyro's zeroing).  ``tests/inference/test_bbb_path.py`` checks
+    that both steps give the same numbers; ``tests/inference/test_pyro_internals.py`` that Pyro's step is still the
     one this copies (:mod:`pyro_bdl.inference.pyro_internals`).
     """
 

@@ -21,7 +21,7 @@ factor, and the local reparameterisation trick (which changes the likelihood ter
 ``Trace_ELBO`` (``svi``) would estimate the KL by ``log q(w) + log|w|`` at a draw, whose gradient
 :math:`1/w` has infinite variance under a Normal q (the fits go NaN): a model with this prior declares the
 ``improper-prior`` trait, which ``svi`` refuses.
-``tests/test_sparse_vd.py`` checks the approximation against a numerical integral of the exact KL.
+``tests/models/test_sparse_vd.py`` checks the approximation against a numerical integral of the exact KL.
 
 Example
 -------

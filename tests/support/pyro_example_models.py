@@ -1,6 +1,6 @@
 """Pyro's own example and tutorial models, written as Pyro writes them, with their data in the forms a Pyro user
 has it: shared by tests/test_pyro_examples.py and by benchmarks/pyro_examples_reference.py (which runs Pyro's
-``MCMC(NUTS(model))`` on each to make tests/fixtures/pyro_examples_reference.json).
+``MCMC(NUTS(model))`` on each to make tests/support/fixtures/pyro_examples_reference.json).
 
 Each model keeps the signature, argument names and idioms of the Pyro file it follows (named in
 :data:`EXAMPLES`); they are short rewrites, not copies.  Data are either the published numbers (eight schools:

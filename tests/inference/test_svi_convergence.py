@@ -20,13 +20,14 @@ import pytest
 import torch
 
 import pyro_bdl
+from support import FIXTURES
 from pyro_bdl.inference import svi as svi_module
 from pyro_bdl.inference.drift import DRIFT_FULL_PACE, DRIFT_MIN, DRIFT_PACE, DRIFT_VISIBLE, DriftTracker
 from pyro_bdl.inference.method import get_method
 from pyro_bdl.registry import get_model, resolve
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).parent / "fixtures" / "rugged_nuts.json"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = FIXTURES / "rugged_nuts.json"
 K = 4.5
 #: The spread of an svi fit's posterior means over seeds, at the user defaults, in posterior sds: the optimiser's end
 #: noise and the draws' (benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)", the ruggedness table's

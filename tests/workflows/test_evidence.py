@@ -98,7 +98,7 @@ def test_laplace_on_the_coin_is_the_analytic_laplace_approximation_in_logit_coor
     estimate = pyro_bdl.evidence(fit, "method")
     assert abs(estimate - laplace_at(u)) < ROUND_OFF, (float(estimate), laplace_at(u))
     mode = math.log(A / B)
-    assert abs(u - mode) < 1e-3  # the optimiser's tolerance (as tests/test_laplace.py): the mode to 1e-3 in logit
+    assert abs(u - mode) < 1e-3  # the optimiser's tolerance (as tests/inference/test_laplace.py): the mode to 1e-3 in logit
     # the analytic Laplace approximation at the mode; off the mode by 1e-3 the formula moves by less than
     # |d/du| * 1e-3 (the log joint is flat there; the log curvature's slope is |1 - 2s| <= 1, times 1/2)
     assert abs(estimate - laplace_at(mode)) < 0.5 * 1e-3 + ROUND_OFF

@@ -292,7 +292,7 @@ def test_matches_laplace_torch_on_a_small_classifier():
 @pytest.mark.slow
 def test_laplace_ggn_is_uncertain_in_the_sine_gap():
     """The linearised predictive widens in the gap of sine at the method's defaults (in-between uncertainty,
-    which a one-layer mean-field or dropout posterior cannot show: tests/test_bnn_uncertainty.py)."""
+    which a one-layer mean-field or dropout posterior cannot show: tests/models/test_bnn_uncertainty.py)."""
     with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):  # the MAP at its default steps, as an ensemble member's
         fit = pyro_bdl.fit("bnn-regressor", "sine", inference="laplace-ggn", progress=False, seed=0)
     check = gap_report(fit).check

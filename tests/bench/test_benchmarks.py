@@ -22,7 +22,7 @@ from support.toy_uci import write_uci
 
 from pyro_bdl.bench.uci import run_split
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bbb_step.py"
 
 

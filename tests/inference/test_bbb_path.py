@@ -386,7 +386,7 @@ def test_grad_clamp_setting_reaches_the_optimiser_and_must_be_positive(monkeypat
 def test_rate_is_held_for_a_fraction_of_the_steps_then_decays_to_one_percent(lr_hold):
     """make_svi's schedule: lr for the first ``lr_hold`` of the steps, then geometric decay to
     FINAL_LR_FRACTION * lr at the last step; a fraction outside [0, 1] is refused (1: a constant rate,
-    tests/test_svi_convergence.py)."""
+    tests/inference/test_svi_convergence.py)."""
     from pyro_bdl.inference import svi
 
     steps, lr = 40, 0.1

@@ -72,7 +72,7 @@ def test_one_hidden_layer_mean_field_and_dropout_cannot_raise_the_gap_variance(i
 def test_in_between_settings_are_uncertain_in_the_gap(inference):
     """The settings ``describe`` recommends for in-between uncertainty, on ``sine``: the gap sd is at least
     twice the in-data sd, the predictive mean follows the curve where the data lie, and the truth in the gap
-    lies within the widened band (on a family of other gap problems: tests/test_gap_problems.py)."""
+    lies within the widened band (on a family of other gap problems: tests/data/test_gap_problems.py)."""
     entry = IN_BETWEEN[inference]
     check = gap_report(sine_fit(inference, options=entry["options"], **entry["settings"])).check
     # measured (seed 0, ensemble): gap ratio 5.00, RMSE 0.017 (benchmarks/RESULTS.md)
