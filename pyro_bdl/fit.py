@@ -26,7 +26,7 @@ from pyro_bdl.inference.base import RunContext, with_deterministic
 from pyro_bdl.inference.method import DEFAULT_METHOD, METHODS, processes_methods
 from pyro_bdl.inference.parallel.devices import resolve_device
 from pyro_bdl.inference.parallel.processes import current_group, join
-from pyro_bdl.inference.parallel.threads import resolve_threads, using_threads
+from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
 from pyro_bdl.inference.prototype import Prototype, sharing
 from pyro_bdl.posterior.prior_check import prior_posterior_conflict
 from pyro_bdl.prepare import PreparedModel, prepare
@@ -171,13 +171,11 @@ def _placement(method, device, threads):
 
 
 def _thread_count(threads, prepared: PreparedModel, resolved: dict, group) -> int:
-    """``threads`` as a count: for ``"auto"``, chosen from the model's largest operation (its prototype trace's
-    largest site times the rows a step sees) and the cores this process shares."""
-    rows = resolved.get("batch_size")
-    if rows is None:
-        tensors = [v for v in prepared.kwargs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-        rows = max((len(v) for v in tensors), default=1)
-    return resolve_threads(threads, float(prepared.sites.largest_site) * max(int(rows), 1), processes=group.local_world)
+    """``threads`` as a count: for ``"auto"``, chosen from the model's largest operation (read from its prototype
+    trace) and the cores this process shares."""
+    with sharing(prepared.sites, [prepared.model], prepared.kwargs):
+        work = largest_op(prepared.model, prepared.kwargs, resolved.get("batch_size"))
+    return resolve_threads(threads, work, processes=group.local_world)
 
 
 def _check_traits(spec: ModelSpec | None, method, sites: Prototype) -> None:

@@ -26,8 +26,8 @@ def test_regression_metrics_are_in_the_units_of_the_target():
     scale, shift = 1000.0, -40.0
 
     def metrics(tr, te):
-        # 60 steps, short on purpose: the two standardised targets differ by float32 rounding, which a long
-        # optimisation amplifies (at 300 steps the RMSEs differed by 0.3 % at one seed, 0.1 % at another)
+        # 60 steps, short on purpose: a long optimisation amplifies the float32 rounding between the two standardised
+        # targets (benchmarks/RESULTS.md, "Thresholds after the draws changed")
         with pytest.warns(pyro_bdl.ConvergenceWarning, match="not settled"):
             fit = pyro_bdl.fit("bnn-regressor", tr, inference="map", steps=60, progress=False, options={"hidden": "16"})
         return evaluate_fit(fit, te)
