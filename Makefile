@@ -12,6 +12,14 @@ TORCH  ?= torch==2.13.0
 # stops grouping (pytest-xdist issue #1386), so an expensive fit two tests need lives in one test.  worksteal: an
 # idle worker takes queued tests from the busy one, so a long test scheduled last does not leave a core idle.
 JOBS   ?= 2
+# pip compiles every module it installs to bytecode, most of them torch's that nothing here imports (45 s of a
+# 100 s install on this machine: benchmarks/RESULTS.md, "The test suite"); --no-compile skips that, and one import of
+# what the package and its tests load compiles those modules once, before the test processes start.
+PIP    := $(BIN)/pip install --quiet --no-compile
+WARM   := import pyro_bdl, pyro_bdl.cli, pyro_bdl.models, pyro_bdl.posterior.plots, pyro_bdl.workflows, arviz, \
+          matplotlib.pyplot, sklearn.datasets, pytest, xdist, hypothesis, nbclient
+# Bytecode is written (and so compiled once for every test process) even where the environment says not to.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-slow install clean
 
@@ -20,13 +28,14 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.deps-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet ".[test]"
+	$(PIP) $(TORCH)
+	$(PIP) ".[test]"
+	$(BIN)/python -c "$(WARM)"
 	touch $@
 
 # Always reinstall the working tree (non-editable: the way users get the package).
 install: $(VENV)/.deps-installed
-	$(BIN)/pip install --quiet --no-deps .
+	$(PIP) --no-deps .
 
 demo: install
 	$(BIN)/pyro-bdl fit blr --inference nuts --out runs/demo

@@ -151,7 +151,7 @@ def _cmd_fit(args) -> int | None:
         return None
     if test is not None:
         result.heldout = {"fraction": test_fraction, **evaluate_fit(result, test)}
-    files = write_fit(result, args.out, test)
+    files = write_fit(result, args.out, test, plots=not args.no_plots)
     if args.force:  # the replaced fit's files must not outlive it
         remove_stale(args.out, files)
     summary = result.summary()
@@ -409,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-fraction", type=float,
                    help="hold out this fraction for metrics (default 0.2 for networks, 0 otherwise)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-plots", action="store_true", help="write the records alone, no figures")
     p.add_argument("--device", default="cpu", help="where the fit runs: cpu (default), cuda, cuda:N, mps")
     p.add_argument("--threads", default="auto",
                    help="torch threads per process: auto (default: one unless the model's operations are large "

@@ -78,10 +78,12 @@ def _arguments_record(result: FitResult) -> tuple[dict, dict]:
     return {"names": names, "binding": binding_of(result.model), "values": to_json(values)}, tensors
 
 
-def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
+def write_fit(result: FitResult, out_dir: str | Path, test=None, plots: bool = True) -> list[str]:
     """Write the fit directory; returns the file names written.
 
-    ``test``: held-out data, for the predictive-band or reliability plot.
+    ``test``: held-out data, for the predictive-band or reliability plot.  ``plots=False`` writes the records
+    alone (``posterior.nc``, ``summary.csv``, ``metrics.json`` and the stored tensors), no figures: what
+    :func:`load_fit` reads is the same either way, and the figures cost about a second a fit.
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -104,9 +106,10 @@ def write_fit(result: FitResult, out_dir: str | Path, test=None) -> list[str]:
         if result.params:  # learned parameters of the model (networks, feature maps): tensors only
             torch.save({k: v.detach().cpu() for k, v in result.params.items()}, tmp / PARAMS)
             files.append(PARAMS)
-        from pyro_bdl.posterior.plots import write_plots  # matplotlib and ArviZ load when a fit is written
+        if plots:
+            from pyro_bdl.posterior.plots import write_plots  # matplotlib and ArviZ load when a fit is written
 
-        files += write_plots(result, idata, tmp, test)
+            files += write_plots(result, idata, tmp, test)
         out_dir.mkdir(exist_ok=True)
         for name in files:
             os.replace(tmp / name, out_dir / name)

@@ -69,7 +69,7 @@ def test_metrics_write_every_json_safe_entry_of_the_records(tmp_path):
 
     fit = pyro_bdl.fit("coin", inference="map", steps=50, progress=False)
     fit.report["a_new_models_report"] = {"value": 1.5, "nan": float("nan"), "tensor": torch.ones(())}
-    write_fit(fit, tmp_path / "out")
+    write_fit(fit, tmp_path / "out", plots=False)
     written = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert written["a_new_models_report"] == {"value": 1.5, "nan": None, "tensor": 1.0}
     assert written["p_next_heads"] == fit.report["p_next_heads"]
@@ -123,7 +123,7 @@ def test_learned_parameters_are_saved_with_the_fit_and_restored(tmp_path):
         pyro.clear_param_store()
         pyro.param("offset.c", torch.tensor(-100.0))  # another fit's value under the same name
         assert fit.predict(X[:5])["mean"].to_numpy() == pytest.approx(before, abs=1e-5)
-        write_fit(fit, tmp_path / "fit")
+        write_fit(fit, tmp_path / "fit", plots=False)
         assert (tmp_path / "fit" / PARAMS).exists()
         back = pyro_bdl.load_fit(tmp_path / "fit")
         assert torch.equal(back.params["offset.c"], fit.params["offset.c"])

@@ -194,7 +194,7 @@ def test_fit_predicts_depth_and_posterior_per_row_and_survives_a_round_trip(digi
     assert {"pred", "depth", "blocks", "macs", "post_depth_1", "post_depth_3", "prob_9"} <= set(before.columns)
     post = before[[f"post_depth_{l}" for l in (1, 2, 3)]].to_numpy()
     assert np.allclose(post.sum(1), 1.0, atol=1e-5)
-    write_fit(fit, tmp_path / "fit")
+    write_fit(fit, tmp_path / "fit", plots=False)
     pyro.clear_param_store()
     with warnings.catch_warnings():  # one epoch, short on purpose: only its networks' names matter here
         warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)

@@ -97,7 +97,7 @@ def test_classifier_fit_directory_round_trip(tmp_path):
     train, test = digits_split()
     result = pyro_bdl.fit("bnn-classifier", train, inference="map", progress=False, steps=200,
                           options={"hidden": "20"})
-    write_fit(result, tmp_path / "fit")
+    write_fit(result, tmp_path / "fit", plots=False)
     back = pyro_bdl.load_fit(tmp_path / "fit")
     assert back.standardizer is not None
     a, b = result.predict(test.X[:20]), back.predict(test.X[:20])

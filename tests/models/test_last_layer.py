@@ -308,7 +308,7 @@ def test_trained_feature_map_survives_write_and_load(tmp_path):
     A, c = (torch.tensor(phi["layers"][0][k], dtype=torch.float64) for k in ("weight", "bias"))
     X = result.standardized_data["X"].double()
     assert torch.allclose(fm.features(X, feature_weights=phi), torch.tanh(X @ A.T + c))
-    pyro_bdl.store.write_fit(result, tmp_path / "fit")
+    pyro_bdl.store.write_fit(result, tmp_path / "fit", plots=False)
     saved = torch.load(tmp_path / "fit" / "params.pt", weights_only=True)
     assert torch.equal(saved["phi.0.weight"], A) and torch.equal(saved["phi.0.bias"], c)
     on_disk = {"activation": "tanh", "layers": "params.pt"}

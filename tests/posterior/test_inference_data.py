@@ -83,7 +83,9 @@ def test_a_fit_written_and_loaded_keeps_every_record(model, method, tmp_path):
     options = SMALL if "hidden" in spec.options else None
     data = pyro_bdl.data.embedded.digits_split()[1] if spec.default_data == "digits" else None
     fresh = pyro_bdl.fit(model, data, inference=method, progress=False, options=options, **QUICK[method])
-    pyro_bdl.write_fit(fresh, tmp_path / "fit")
+    files = pyro_bdl.write_fit(fresh, tmp_path / "fit", plots=False)  # the figures: test_plots
+    assert not [name for name in files if name.endswith(".png")] and sorted(files) == sorted(p.name for p in
+                                                                                            (tmp_path / "fit").iterdir())
     loaded = pyro_bdl.load_fit(tmp_path / "fit")
     assert isinstance(fresh.info, METHODS[method].outputs) and same_metrics(loaded.info, fresh.info)
     assert isinstance(fresh.diagnostics, METHODS[method].diagnose.report)

@@ -36,7 +36,7 @@ def blr_comparison():
     # nuts: 2 x 1000 draws; at 2 x 500 the R-hat warning fires by chance (benchmarks/RESULTS.md, "Thresholds after the draws changed")
     return pyro_bdl.compare("blr", tiny_blr(), ["nuts", "laplace", "map"], options={"noise": 0.5},
                             settings={"nuts": {"samples": 1000, "warmup": 300, "chains": 2},
-                                      "laplace": {"steps": 2000, "samples": LAPLACE_DRAWS}, "map": {"steps": 2000}},
+                                      "laplace": {"steps": 500, "samples": LAPLACE_DRAWS}, "map": {"steps": 500}},
                             progress=False)
 
 

@@ -214,7 +214,7 @@ def test_a_fit_loaded_from_its_directory_keeps_its_evidence(tmp_path):
     """``metrics.json`` keeps the method's estimate; the loaded fit answers with it (a network's: in data units)."""
     data = _toy(c=30.0, shift=-7.0)
     fit = _ggn(data, subset="last-layer")
-    pyro_bdl.write_fit(fit, tmp_path / "fit")
+    pyro_bdl.write_fit(fit, tmp_path / "fit", plots=False)
     loaded = pyro_bdl.load_fit(tmp_path / "fit")
     assert float(pyro_bdl.evidence(loaded)) == pytest.approx(float(pyro_bdl.evidence(fit)), abs=1e-6)
     assert pyro_bdl.evidence(loaded).source == "method"
