@@ -137,8 +137,8 @@ def test_minibatch_losses_are_unbiased_for_the_full_data_loss(loss_name):
     model = SPEC.bind({**SMALL, "data_dim": 64})
     guide = SPEC.inference.guides["encoder"](model)
     loss = Trace_ELBO().loss if loss_name == "trace" else IWAE_ELBO(4).loss
-    full = _scaled_losses(loss, model, guide, x, None, 200)
-    mini = _scaled_losses(loss, model, guide, x, 6, 800)
+    full = _scaled_losses(loss, model, guide, x, None, 100)
+    mini = _scaled_losses(loss, model, guide, x, 6, 400)
     se = math.sqrt(float(full.var()) / len(full) + float(mini.var()) / len(mini))
     assert abs(float(full.mean() - mini.mean())) < 4 * se
 

@@ -37,18 +37,26 @@ RUNS = {  # name -> (model, method, settings)
     "vae": ("vae", "svi-amortised", {"epochs": 3, "is_samples": 5}),
 }
 
+def run_all(runs: dict) -> dict:
+    """Every run of ``runs`` (name -> (model, method, settings)) at seed 3: ``"name.site"`` -> its draws, and
+    ``"name.losses"``."""
+    saved = {}
+    for name, (model, method, settings) in runs.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = pyro_bdl.fit(model, inference=method, progress=False, seed=3, **settings)
+        saved.update({f"{name}.{k}": v.cpu() for k, v in r.samples.items()})
+        if r.losses is not None:
+            saved[f"{name}.losses"] = torch.as_tensor(r.losses)
+    return saved
+
+
 SCRIPT = """
-import json, os, sys, warnings, torch, pyro_bdl
-warnings.simplefilter("ignore")
+import json, os, sys, torch
+sys.path.insert(0, sys.argv[3])
 torch.set_num_threads(1)
-runs, out = json.loads(sys.argv[1]), sys.argv[2]
-saved = {}
-for name, (model, method, settings) in runs.items():
-    r = pyro_bdl.fit(model, inference=method, progress=False, seed=3, **settings)
-    saved.update({f"{name}.{k}": v.cpu() for k, v in r.samples.items()})
-    if r.losses is not None:
-        saved[f"{name}.losses"] = torch.as_tensor(r.losses)
-torch.save(saved, f"{out}.{os.environ.get('RANK', 0)}.pt")
+from test_parallel import run_all
+torch.save(run_all(json.loads(sys.argv[1])), f"{sys.argv[2]}.{os.environ['RANK']}.pt")
 """
 
 
@@ -64,16 +72,17 @@ def one_and_two(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("processes")
     script = tmp / "run.py"
     script.write_text(SCRIPT)
-    args = [sys.executable, str(script), json.dumps(RUNS)]
+    args = [sys.executable, str(script), json.dumps(RUNS), str(tmp / "two"), os.path.dirname(__file__)]
     base = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     port = _free_port()
-    two = [subprocess.Popen(args + [str(tmp / "two")], env={**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                                                           "WORLD_SIZE": "2", "RANK": str(r), "LOCAL_RANK": str(r),
-                                                           "LOCAL_WORLD_SIZE": "2"}) for r in range(2)]
-    subprocess.run(args + [str(tmp / "one")], env=base, check=True, timeout=300)
-    assert [p.wait(timeout=300) for p in two] == [0, 0]
-    return (torch.load(tmp / "one.0.pt", weights_only=True),
-            [torch.load(tmp / f"two.{r}.pt", weights_only=True) for r in range(2)])
+    two = [subprocess.Popen(args, env={**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                                       "RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}) for r in range(2)]
+    try:
+        one = run_all(RUNS)  # the one-process runs here, while the two run
+    finally:
+        codes = [p.wait(timeout=300) for p in two]
+    assert codes == [0, 0]
+    return one, [torch.load(tmp / f"two.{r}.pt", weights_only=True) for r in range(2)]
 
 
 def test_every_process_returns_the_same_result(one_and_two):
