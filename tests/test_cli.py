@@ -176,8 +176,9 @@ def test_missing_data_file_and_bad_predict_inputs(tmp_path, capsys):
     assert main(["predict", str(tmp_path), "--data", "x.csv", "--out", str(tmp_path / "p.csv")]) == 2
     assert "no posterior.nc" in capsys.readouterr().err
     fit_dir = tmp_path / "fit"
-    assert main(["fit", "blr", "--inference", "map", "--steps", "50", "--out", str(fit_dir), "--no-progress"]) == 0
-    capsys.readouterr()
+    assert main(["fit", "blr", "--inference", "map", "--steps", "50", "--out", str(fit_dir), "--no-progress",
+                 "--no-plots"]) == 0
+    assert "posterior.nc" in capsys.readouterr().out and not list(fit_dir.glob("*.png"))  # the records, no figures
     bad = _write(tmp_path / "new.csv", "x1,x2\n1,2\n")
     assert main(["predict", str(fit_dir), "--data", str(bad), "--out", str(tmp_path / "p.csv")]) == 2
     assert "feature column(s) 'x3' not found" in capsys.readouterr().err
