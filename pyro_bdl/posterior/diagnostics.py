@@ -18,7 +18,7 @@ from typing import Mapping
 
 import pandas as pd
 
-__all__ = ["compare_methods", "compare_loo", "MIN_LOO_DRAWS"]
+__all__ = ["compare_methods", "compare_loo", "rows_log_likelihood", "MIN_LOO_DRAWS"]
 
 
 def compare_methods(results: Mapping[str, object], sites=None) -> pd.DataFrame:
@@ -46,10 +46,39 @@ def compare_methods(results: Mapping[str, object], sites=None) -> pd.DataFrame:
 MIN_LOO_DRAWS = 100
 
 
+def rows_log_likelihood(idata, label: str = "the fit"):
+    """``idata`` with one log-likelihood array per row: where the program observes several sites of each row (a
+    height and a flag in one plate), their pointwise log-likelihoods summed into one array named after them
+    (``"height+flag"``), which is the row's ``log p(y_n | theta)`` that leaving row n out removes; ``idata`` itself
+    where there is one site.  Sites of different shapes (observed in different plates) have no common row: a
+    ValueError names them, to compare one site with ``var_name=``.
+
+    >>> import numpy as np, arviz as az
+    >>> idata = az.from_dict(log_likelihood={"a": np.zeros((1, 5, 3)), "b": np.ones((1, 5, 3))})
+    >>> list(rows_log_likelihood(idata).log_likelihood.data_vars), float(rows_log_likelihood(idata).log_likelihood["a+b"].sum())
+    (['a+b'], 15.0)
+    """
+    group = idata.log_likelihood
+    names = list(group.data_vars)
+    if len(names) < 2:
+        return idata
+    shapes = {name: tuple(group[name].shape[2:]) for name in names}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"{label} observes {', '.join(f'{n} {list(s)}' for n, s in shapes.items())} per draw: sites of "
+                         f"different shapes have no common row to leave out; compare one of them with "
+                         f"var_name={names[0]!r}")
+    total = sum(group[name].values for name in names)
+    summed = idata.copy()
+    summed["log_likelihood"] = group.drop_vars(names).assign({"+".join(names): (group[names[0]].dims, total)})
+    return summed
+
+
 def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
     """``az.compare`` on PSIS-LOO for the fits that have a posterior sample of at least :data:`MIN_LOO_DRAWS`
     draws (point estimates and, e.g., a 5-member ensemble are left out, with a warning naming them: their
-    "LOO" would be the in-sample fit)."""
+    "LOO" would be the in-sample fit).  A program that observes several sites of each row is judged on the rows'
+    log-likelihoods, its sites' summed (:func:`rows_log_likelihood`); ``var_name=`` (ArviZ's) compares one site
+    instead.  ``az.compare`` itself on a dict holding a point fit fails inside ArviZ: this is the call for that."""
     import arviz as az
 
     points = [k for k, r in results.items() if r.point_estimate or r.num_draws <= 1]
@@ -62,6 +91,8 @@ def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
         warnings.warn(f"compare_loo leaves out {', '.join(few)}: fewer than {MIN_LOO_DRAWS} posterior draws",
                       UserWarning, stacklevel=2)
     idatas = {k: r.to_inference_data() for k, r in results.items() if k not in points and k not in few}
+    if kwargs.get("var_name") is None:  # one array per fit: ArviZ takes it, whatever its name
+        idatas = {k: rows_log_likelihood(idata, f"fit {k!r}") for k, idata in idatas.items()}
     if len(idatas) < 2:
         raise ValueError(f"compare_loo needs at least two fits with {MIN_LOO_DRAWS} or more posterior draws "
                          f"(nuts, svi, laplace, ...); {len(idatas)} of the {len(results)} given have them")

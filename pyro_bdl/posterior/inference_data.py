@@ -124,15 +124,16 @@ def _observed_only(result):
 
 
 def samples_from_inference_data(idata) -> dict:
-    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (float32; empty without one), sites
-    stored sparse made whole again."""
+    """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (empty without one), sites stored sparse
+    made whole again: float64 where they were stored in float64 (a fit of float64 data draws in float64), else
+    float32."""
     import torch
 
     if "posterior" not in idata.groups():
         return {}
     samples = {}
     for name, da in idata.posterior.data_vars.items():
-        value = torch.tensor(da.values, dtype=torch.float32)
+        value = torch.tensor(da.values, dtype=torch.float64 if da.dtype == np.float64 else torch.float32)
         if "dense_shape" in da.attrs:
             shape = [int(v) for v in np.atleast_1d(da.attrs["dense_shape"])]
             index = torch.tensor(np.array(da[f"{name}_kept"].values, dtype=np.int64))
