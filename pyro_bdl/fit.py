@@ -207,8 +207,6 @@ def _checked_sites(sites: Prototype, method) -> list[str]:
     and no ``pyro.param`` site).  A model whose only unknowns are ``pyro.param`` sites is fitted by the methods that
     optimise them (:attr:`~pyro_bdl.inference.method.Method.learns_params`); beside latent sites, a method that
     does not optimise them holds them at their values, with a warning that says so."""
-    if not sites.observed:
-        raise ValueError("the model has no observed sample site: pass the observations in data")
     params = sorted(sites.params)
     learners = [name for name, m in METHODS.items() if m.learns_params and m.requires <= {"continuous", "low-dimensional"}]
     if not sites.latent:

@@ -224,6 +224,9 @@ class FitResult:
 
     def predictive(self, new_data=None) -> PredictiveDraws:
         """Predictive draws for ``new_data`` (a Dataset, a dict of model arguments, or a tensor X)."""
+        if not self.likelihood_sites:
+            raise ValueError("the model observes nothing (a density, no observed sample site): there is nothing to "
+                             "predict; its draws are in .samples and .to_inference_data()")
         if new_data is None:
             return self.training_predictive
         data = move_to(self.model_kwargs(new_data), self.device)

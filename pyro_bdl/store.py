@@ -145,7 +145,7 @@ def load_fit(fit_dir: str | Path, model: Callable | None = None, data: dict | No
         sites = json.loads(attrs["likelihood_sites"])
         options = json.loads(attrs["options"])
         seed = int(attrs.get("seed", -1))
-        if not (isinstance(options, dict) and isinstance(sites, list) and sites):
+        if not (isinstance(options, dict) and isinstance(sites, list)):  # [] for a density (no observed site)
             raise ValueError("options or likelihood_sites has the wrong type")
         samples = samples_from_inference_data(idata)
         method = str(attrs["inference"])

@@ -110,9 +110,14 @@ def test_nan_in_user_data_is_rejected():
         pyro_bdl.fit(normal_mean_model, {"y": y}, inference="map", progress=False)
 
 
-def test_model_without_observations_is_rejected():
-    with pytest.raises(ValueError, match="no observed sample site"):
-        pyro_bdl.fit(normal_mean_model, {"n": 3}, inference="map", progress=False)
+def test_a_program_that_observes_nothing_is_fitted_as_its_density():
+    """Without y the program's sites are all latent (its prior predictive): a density, fitted as Pyro would; what
+    needs observations says so when asked (tests/test_ported_programs.py: Neal's funnel)."""
+    fit = pyro_bdl.fit(normal_mean_model, {"n": 3}, inference="map", steps=300, progress=False)
+    assert fit.likelihood_sites == [] and sorted(fit.samples) == ["mu", "obs"]
+    assert float(fit.samples["mu"].abs().max()) < 1e-2 and float(fit.samples["obs"].abs().max()) < 1e-2  # the mode: 0
+    with pytest.raises(ValueError, match="observes nothing .*nothing to predict"):
+        fit.predict()
 
 
 @pytest.mark.parametrize("method,settings,shape", [

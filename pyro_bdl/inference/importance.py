@@ -61,7 +61,7 @@ def _prior_proposal(model, data, num):
     for _ in range(num):
         trace = poutine.trace(model).get_trace(**data)
         trace.compute_log_prob()
-        log_w.append(sum(trace.nodes[o]["log_prob_sum"] for o in obs))
+        log_w.append(sum((trace.nodes[o]["log_prob_sum"] for o in obs), torch.zeros(())))  # 0: a density, no data
         for n in names:
             values[n].append(trace.nodes[n]["value"])
     return {n: torch.stack(v) for n, v in values.items()}, torch.stack(log_w)
@@ -89,8 +89,15 @@ def _laplace_proposal(model, data, num):
         value.backward()
         return value
 
-    optimiser.step(closure)
+    try:
+        optimiser.step(closure)
+    except ValueError as exc:  # a distribution given invalid (non-finite) arguments along the search
+        if "invalid values" not in str(exc):
+            raise
+        raise _no_mode(names) from None
     mode = z.detach()
+    if not (bool(torch.isfinite(mode).all()) and math.isfinite(float(potential(mode)))):
+        raise _no_mode(names)
     hessian = torch.autograd.functional.hessian(potential, mode).double()
     hessian = 0.5 * (hessian + hessian.T)
     eigval, eigvec = torch.linalg.eigh(hessian)
@@ -113,6 +120,13 @@ def _laplace_proposal(model, data, num):
             for n, u in unconstrained.items():
                 values[n].append(transforms[n].inv(u))
     return {n: torch.stack(v) for n, v in values.items()}, log_p - log_q
+
+
+def _no_mode(names) -> ValueError:
+    return ValueError(f"importance: the search for the Laplace proposal's mode (L-BFGS over {', '.join(names)}) left the "
+                      f"region where the model's density is finite: the density may have no mode (as a funnel's has "
+                      f"not, where a scale goes to 0). Sample it with nuts, write it non-centred, or use "
+                      f"proposal='prior' (--set proposal=prior)")
 
 
 @dataclass

@@ -91,6 +91,10 @@ def compare_loo(results: Mapping[str, object], **kwargs) -> pd.DataFrame:
         warnings.warn(f"compare_loo leaves out {', '.join(few)}: fewer than {MIN_LOO_DRAWS} posterior draws",
                       UserWarning, stacklevel=2)
     idatas = {k: r.to_inference_data() for k, r in results.items() if k not in points and k not in few}
+    unobserved = [k for k, idata in idatas.items() if "log_likelihood" not in idata.groups()]
+    if unobserved:
+        raise ValueError(f"compare_loo needs the log-likelihood of observed rows; {', '.join(unobserved)} observe(s) "
+                         f"nothing (a density, no observed sample site): there is no row to leave out")
     if kwargs.get("var_name") is None:  # one array per fit: ArviZ takes it, whatever its name
         idatas = {k: rows_log_likelihood(idata, f"fit {k!r}") for k, idata in idatas.items()}
     if len(idatas) < 2:

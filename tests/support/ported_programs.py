@@ -42,7 +42,7 @@ def lkj(y):
 
 # ----------------------------------------------------------------------------------------------------------
 # NumPyro examples/funnel.py: Neal's funnel, y ~ N(0, 3), x ~ N(0, exp(y / 2)), no data at all; the
-# non-centred form through LocScaleReparam(0), as the example's ``reparam_model``.
+# non-centred form through LocScaleReparam(0.0), as the example's ``reparam_model``.
 # ----------------------------------------------------------------------------------------------------------
 
 def funnel(dim: int = 10):
@@ -51,7 +51,7 @@ def funnel(dim: int = 10):
 
 
 def funnel_noncentred(dim: int = 10):
-    with pyro.poutine.reparam(config={"x": LocScaleReparam(0)}):
+    with pyro.poutine.reparam(config={"x": LocScaleReparam(0.0)}):
         funnel(dim)
 
 
