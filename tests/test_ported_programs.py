@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 from support.posterior_checks import K, ess
-from support.ported_programs import (funnel, funnel_noncentred, lkj, lkj_data, one_observed, two_observed,
-                                     two_observed_data)
+from support.ported_programs import (DigitsMLP, digits_data, funnel, funnel_noncentred, lkj, lkj_data, one_observed,
+                                     two_observed, two_observed_data)
 
 import pyro_bdl
+from pyro_bdl.data.arguments import bind_arguments
+from pyro_bdl.inference.svi import POINT_USER_INIT, init_to_prior_mean
 from pyro_bdl.posterior.diagnostics import rows_log_likelihood
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short runs: what is checked is below
@@ -91,3 +93,30 @@ def test_a_density_with_no_observed_site_is_sampled(method, tmp_path):
 def test_the_centred_funnel_has_no_laplace_proposal_and_says_so():
     with pytest.raises(ValueError, match="density may have no mode.*proposal='prior'"):
         pyro_bdl.fit(funnel, inference="importance", progress=False, samples=200)
+
+
+@pytest.mark.parametrize("method", ["map", "mle"])
+def test_a_point_fit_of_a_users_network_leaves_the_zero_saddle(method):
+    """map on a PyroModule MLP with zero-mean weight priors ended at the all-zero network, every row given the same
+    probabilities (accuracy 0.08 on the digits); started off the symmetric saddle it learns (chance is 0.1)."""
+    train, test = digits_data()
+    net = DigitsMLP(hidden=16)
+    fit = pyro_bdl.fit(net, train, inference=method, steps=300, lr=0.05, progress=False)
+    assert float(fit.samples["fc1.weight"].abs().max()) > 0.1
+    probs = fit.predict({"x": test["x"]})
+    accuracy = float((probs[[f"prob_{k}" for k in range(10)]].to_numpy().argmax(1) == test["y"].numpy()).mean())
+    assert accuracy > 0.8, accuracy
+
+
+def test_only_the_symmetric_sites_are_started_elsewhere_and_no_stream_moves():
+    """The hidden units of a network at 0 (their weights in and out, their biases) are a symmetric stationary point (the
+    output bias is not: its gradient is the class frequencies); a regression's coefficients at 0 are not (their
+    gradient is not zero): its start is the prior means as before, and the look draws no random number."""
+    bound, kwargs = bind_arguments(DigitsMLP(hidden=4), digits_data(rows=50)[0])
+    assert POINT_USER_INIT.symmetric_sites(bound, kwargs) == ["fc1.weight", "fc1.bias", "fc2.weight"]
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)  # lkj's HalfCauchy has no mean: its start is the median of prior draws, drawn in the look
+    assert POINT_USER_INIT.prepare(*bind_arguments(lkj, {"y": lkj_data()})) is init_to_prior_mean
+    assert POINT_USER_INIT.prepare(*bind_arguments(two_observed, two_observed_data())) is init_to_prior_mean
+    assert torch.equal(torch.rand(3), expected)

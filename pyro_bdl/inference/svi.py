@@ -57,6 +57,7 @@ from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.optim import FastClippedAdam
+from pyro_bdl.inference.symmetry import BreakSymmetry
 from pyro_bdl.inference.parallel.data_parallel import DataParallel
 from pyro_bdl.inference.parallel.processes import current_group
 from pyro_bdl.storage.checkpoint import kept_rng, rng_state, set_rng_state
@@ -110,6 +111,11 @@ def init_to_prior_mean(site=None):
         value = _spread_exchangeable(site["fn"], value)
     value._pyro_custom_init = False  # as Pyro's own strategies mark theirs
     return value
+
+
+#: Where ``map`` and ``mle`` start a user's program: the prior means, but not a network's symmetric saddle (the all-zero
+#: network of zero-mean weight priors: :mod:`pyro_bdl.inference.symmetry`).
+POINT_USER_INIT = BreakSymmetry(init_to_prior_mean)
 
 
 #: Where the entries of a site in a ``pyro.plate`` share one prior mean (exchangeable entries: mixture components,
@@ -475,9 +481,15 @@ def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress
                 checkpoint=checkpoint, batch_size=batch_size, hidden=hidden, **adam)
 
 
+def _point_start(init_loc_fn, model, data: dict):
+    """Where a point run starts: ``init_loc_fn``, read against the model first where it is a
+    :class:`~pyro_bdl.inference.symmetry.BreakSymmetry` (a user's network is not started at its zero saddle)."""
+    return init_loc_fn.prepare(model, data) if isinstance(init_loc_fn, BreakSymmetry) else init_loc_fn
+
+
 def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
             init_loc_fn=None, **adam) -> Draws:
-    guide = make_guide("delta", model, init_loc_fn)
+    guide = make_guide("delta", model, _point_start(init_loc_fn, model, data))
     return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
                 checkpoint=checkpoint, batch_size=batch_size, **adam)
 
@@ -485,7 +497,7 @@ def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=Non
 def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
             init_loc_fn=None, **adam) -> Draws:
     flat = drop_priors(model)
-    guide = make_guide("delta", flat, init_loc_fn)
+    guide = make_guide("delta", flat, _point_start(init_loc_fn, flat, data))
     draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
                   checkpoint=checkpoint, batch_size=batch_size, **adam)
     return draws
@@ -511,11 +523,11 @@ def _register() -> None:
                user_init=init_to_prior_mean, outputs=DriftRecord),
         Method("map", "point", "MAP point estimate (AutoDelta), maximises log p(y, theta)",
                run_map, point, takes_init=True, quick={"steps": 100}, processes="data",
-               user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord,
+               user_defaults=USER_DEFAULTS, user_init=POINT_USER_INIT, outputs=DriftRecord,
                diagnose=JudgeLosses(point=True)),
         Method("mle", "point", "maximum likelihood (AutoDelta with the priors dropped), maximises log p(y | theta)",
                run_mle, point, refuses=frozenset({"enumerated"}), takes_init=True, quick={"steps": 100},
-               processes="data", user_defaults=USER_DEFAULTS, user_init=init_to_prior_mean, outputs=DriftRecord,
+               processes="data", user_defaults=USER_DEFAULTS, user_init=POINT_USER_INIT, outputs=DriftRecord,
                diagnose=JudgeLosses(point=True, objective=drop_priors)),
     ):
         register_method(method)

@@ -81,6 +81,8 @@ def to_inference_data(result):
         "feature_names": json.dumps(list(record.feature_names)),
         "target": record.target or "",
         "likelihood_sites": json.dumps(list(result.likelihood_sites)),
+        # ArviZ stores every draw in float64: what load_fit gives back (samples_from_inference_data)
+        "draws_dtype": "float64" if any(str(v.dtype) == "torch.float64" for v in result.samples.values()) else "float32",
         "inference_library": "pyro_bdl",
         "standardizer": json.dumps(result.standardizer.to_dict()) if result.standardizer is not None else "",
     }
@@ -125,15 +127,16 @@ def _observed_only(result):
 
 def samples_from_inference_data(idata) -> dict:
     """The posterior group back as ``{site: tensor (chains, draws, ...)}`` (empty without one), sites stored sparse
-    made whole again: float64 where they were stored in float64 (a fit of float64 data draws in float64), else
-    float32."""
+    made whole again, in the dtype the fit drew in (its ``draws_dtype`` attribute: float64 for a fit of float64
+    data; float32 where a fit directory written before it was recorded has none)."""
     import torch
 
     if "posterior" not in idata.groups():
         return {}
+    dtype = torch.float64 if idata.posterior.attrs.get("draws_dtype") == "float64" else torch.float32
     samples = {}
     for name, da in idata.posterior.data_vars.items():
-        value = torch.tensor(da.values, dtype=torch.float64 if da.dtype == np.float64 else torch.float32)
+        value = torch.tensor(da.values, dtype=dtype)
         if "dense_shape" in da.attrs:
             shape = [int(v) for v in np.atleast_1d(da.attrs["dense_shape"])]
             index = torch.tensor(np.array(da[f"{name}_kept"].values, dtype=np.int64))

@@ -7,6 +7,7 @@ program                               what it exercises
 lkj (Pyro examples/lkj.py)            float64 data (``y.double()``), an ``LKJCholesky`` correlation factor
 funnel (NumPyro examples/funnel.py)   a density with no observed site, centred and non-centred
 two_observed (a toy mixture's form)   two observed sites per row, for LOO over rows
+DigitsMLP (Pyro's PyroModule idiom)   a tanh MLP with N(0, 1) ``PyroSample`` weights: a point start at 0 is a saddle
 ====================================  ===========================================================================
 """
 
@@ -16,6 +17,8 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.infer.reparam import LocScaleReparam
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
 
 # ----------------------------------------------------------------------------------------------------------
 # Pyro examples/lkj.py: theta ~ HalfCauchy(1) (d), L_omega ~ LKJCholesky(d, 1), y_n ~ MVN(0, diag(sqrt theta) L_omega),
@@ -79,3 +82,35 @@ def one_observed(h, c):
     with pyro.plate("rows", len(h)):
         pyro.sample("height", dist.Normal(mu, 1.0), obs=h)
         pyro.sample("flag", dist.Bernoulli(0.5), obs=c)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A PyroModule MLP as Pyro's Bayesian-regression tutorial writes its layers: PyroModule[nn.Linear] with N(0, 1)
+# PyroSample weights, tanh hidden units, a categorical likelihood over the digits' ten classes.
+# ----------------------------------------------------------------------------------------------------------
+
+def _layer(n_in: int, n_out: int):
+    layer = PyroModule[nn.Linear](n_in, n_out)
+    layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand([n_out, n_in]).to_event(2))
+    layer.bias = PyroSample(dist.Normal(0.0, 1.0).expand([n_out]).to_event(1))
+    return layer
+
+
+class DigitsMLP(PyroModule):
+    def __init__(self, hidden: int = 32):
+        super().__init__()
+        self.fc1, self.fc2 = _layer(64, hidden), _layer(hidden, 10)
+
+    def forward(self, x, y=None):
+        logits = self.fc2(torch.tanh(self.fc1(x)))
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
+
+
+def digits_data(rows: int = 600) -> tuple[dict, dict]:
+    """(train, test) of scikit-learn's digits scaled to [0, 1]: the first ``rows`` rows and the 500 after them."""
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
+    return {"x": X[:rows], "y": y[:rows]}, {"x": X[rows:rows + 500], "y": y[rows:rows + 500]}
