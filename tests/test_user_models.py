@@ -190,7 +190,7 @@ def test_exchangeable_entries_start_apart_and_a_mixture_is_found():
     import json
     from pathlib import Path
 
-    from pyro_bdl.inference.svi import EXCHANGEABLE_SPREAD, init_to_prior_mean
+    from pyro_bdl.inference.starts import EXCHANGEABLE_SPREAD, init_to_prior_mean
     from support.pyro_example_models import EXAMPLES
 
     from types import SimpleNamespace

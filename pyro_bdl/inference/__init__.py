@@ -28,6 +28,7 @@ What they share:
 * ``drift``: is the answer still moving when an optimisation run ends.
 * ``mode_check``: does a point fit's density have a mode, or run to an edge of a support.
 * ``guides``: guides (variational families) and the prior-dropping handler of MLE.
+* ``starts``: where optimisation and the structural run start a user's program: the centre its priors name.
 * ``symmetry``: point starts that are not a network's symmetric saddle.
 * ``optim``: the zoo's optimiser, ClippedAdam's update as one multi-tensor step.
 * ``callbacks``: what the optimisation loop calls around every step, one protocol (``StepCallback``).

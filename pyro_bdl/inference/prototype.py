@@ -3,8 +3,10 @@
 A fit asks many questions of a model that one run of it answers: which sites are observed, latent, deterministic,
 which ``pyro.param`` sites it has and their initial values, which discrete sites it enumerates and how its plates
 nest, which batch dimensions lie outside every plate, how large its largest operation is, the support of every
-latent site.  :class:`Prototype` takes that run once (hidden from outer handlers, without gradients, its random
-draws moving no stream and the parameters it makes left out of the param store) and reads the answers from it, as Pyro's
+latent site.  :class:`Prototype` takes that run once (hidden from outer handlers, without gradients, at the centre of
+the model's priors, :func:`~pyro_bdl.inference.starts.init_to_prior_mean`, not at a prior draw that its density may
+not hold finite, any draws moving no stream, and the parameters it makes left out of the param store) and reads the
+answers from it, as Pyro's
 ``initialize_model`` returns one prototype trace for reuse.
 
 :func:`pyro_bdl.fit` takes one prototype per fit and shares it (:func:`sharing`) with the checks and the method's
@@ -38,8 +40,10 @@ import torch
 from pyro import poutine
 from pyro.distributions.transforms import biject_to
 from pyro.poutine.util import site_is_subsample
+from pyro.infer.autoguide.initialization import InitMessenger
 
 from pyro_bdl.inference.pyro_internals import is_deterministic
+from pyro_bdl.inference.starts import init_to_prior_mean
 from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["ENUMERATED", "Prototype", "is_enumerated", "is_latent", "plate_nesting", "prototype_of", "sharing"]
@@ -73,17 +77,17 @@ class Prototype:
 
     @classmethod
     def of(cls, model: Callable, data: dict) -> Prototype:
-        """One run of ``model(**data)``: hidden, without gradients, its draws moving no random stream, the
+        """One run of ``model(**data)`` at its priors' centre: hidden, without gradients, moving no random stream, the
         parameters it makes left out of the param store (their initial values are kept in :attr:`params`).  A prior
         that cannot be sampled (``ImproperUniform``) is a ``ValueError`` that says so."""
         store = pyro.get_param_store()
         before = set(store.keys())  # the run sees them (a loaded fit's feature map reads its layers from the store)
         try:
-            with torch.no_grad(), poutine.block(), kept_rng():
-                trace = poutine.trace(model).get_trace(**data)
+            with torch.no_grad(), poutine.block(), kept_rng():  # at the start, not a prior draw (inference.starts)
+                trace = poutine.trace(InitMessenger(init_to_prior_mean)(model)).get_trace(**data)
         except NotImplementedError as error:
             raise ValueError(f"the model's prior cannot be sampled ({error}): pyro-bdl reads a model's sites from "
-                             f"one run of it at a draw of its prior; give every latent site a proper prior") from None
+                             f"one run of it at the centre of its priors; give every latent site a proper prior") from None
         finally:
             for name in set(store.keys()) - before:  # those the run made: left out
                 del store[name]

@@ -42,7 +42,6 @@ import torch
 from pyro import poutine
 from pyro.infer import (JitTraceEnum_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO,
                          TraceMeanField_ELBO)
-from pyro.infer.autoguide.initialization import init_to_median
 from pyro.infer.util import torch_item
 from tqdm import tqdm
 
@@ -57,6 +56,7 @@ from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
 from pyro_bdl.inference.optim import FastClippedAdam
+from pyro_bdl.inference.starts import init_to_prior_mean
 from pyro_bdl.inference.symmetry import BreakSymmetry
 from pyro_bdl.inference.parallel.data_parallel import DataParallel
 from pyro_bdl.inference.parallel.processes import current_group
@@ -85,62 +85,9 @@ ADAM_SETTINGS = {"grad_clamp": GRADIENT_CLAMP, "lr_hold": LR_HOLD}
 USER_DEFAULTS = {"lr": 0.05, "lr_hold": 0.5}
 
 
-def init_to_prior_mean(site=None):
-    """Pyro init strategy: the prior's mean where it is finite and in the support (the centre a user's prior names: 0
-    for N(0, 10), 178 for N(178, 20)), else (a Cauchy's, a discrete site's) the median of 15 prior draws.  Where
-    ``svi``, ``svi-meanfield``, ``bbvi``, ``map`` and ``mle`` start on a user's own program (``Method.user_init``):
-    the median of 15 prior draws, the guides' own default, starts a wide prior's site at random about a third of its
-    sd from its centre (the median of 15 draws has sd about 0.32 prior sd), where the centre is the one point the user
-    named.
-    The entries of a plated site are spread about it (:data:`EXCHANGEABLE_SPREAD`).  The defaults that go with it:
-    benchmarks/RESULTS.md, "SVI defaults on user models (issue 35)".
-
-    >>> import pyro.distributions as dist
-    >>> float(init_to_prior_mean({"fn": dist.Normal(178.0, 20.0), "name": "a", "value": None, "is_observed": False}))
-    178.0
-    """
-    if site is None:
-        return init_to_prior_mean
-    try:
-        value = site["fn"].mean.detach()
-    except NotImplementedError:
-        value = None
-    if value is None or not bool(torch.isfinite(value).all()) or not bool(site["fn"].support.check(value).all()):
-        return init_to_median(site, num_samples=15)
-    if any(frame.size > 1 for frame in site.get("cond_indep_stack", ())):  # entries of a plate: exchangeable
-        value = _spread_exchangeable(site["fn"], value)
-    value._pyro_custom_init = False  # as Pyro's own strategies mark theirs
-    return value
-
-
 #: Where ``map`` and ``mle`` start a user's program: the prior means, but not a network's symmetric saddle (the all-zero
 #: network of zero-mean weight priors: :mod:`pyro_bdl.inference.symmetry`).
 POINT_USER_INIT = BreakSymmetry(init_to_prior_mean)
-
-
-#: Where the entries of a site in a ``pyro.plate`` share one prior mean (exchangeable entries: mixture components,
-#: group effects), they start spread evenly over this many prior sds either side of it: started equal, they are a
-#: saddle point that gradient steps keep symmetric (two mixture components found as one).  Evenly, not at random, so
-#: that no two start close (tests/test_user_models.py, the GMM tutorial's model).  A vector site outside any plate (a
-#: regression's coefficients, told apart by their columns) starts at the mean itself.
-EXCHANGEABLE_SPREAD = 0.2
-
-
-def _spread_exchangeable(fn, value: torch.Tensor) -> torch.Tensor:
-    """``value`` (the prior mean) with its entries spread evenly over +/- :data:`EXCHANGEABLE_SPREAD` prior sds where
-    they are all equal and the spread stays in the support (unchanged for one entry, or where the sd is not
-    finite)."""
-    if value.numel() < 2 or not bool((value == value.reshape(-1)[0]).all()):
-        return value
-    try:
-        sd = fn.stddev.detach()
-    except NotImplementedError:
-        return value
-    offsets = torch.linspace(-1.0, 1.0, value.numel(), dtype=value.dtype, device=value.device).reshape(value.shape)
-    spread = value + EXCHANGEABLE_SPREAD * sd * offsets
-    if not bool(torch.isfinite(spread).all()) or not bool(fn.support.check(spread).all()):
-        return value
-    return spread
 
 
 class SVI(pyro.infer.SVI):

@@ -1,6 +1,6 @@
 r"""Point starts that are not a network's symmetric saddle.
 
-A point method (``map``, ``mle``) starts a user's program where :func:`~pyro_bdl.inference.svi.init_to_prior_mean`
+A point method (``map``, ``mle``) starts a user's program where :func:`~pyro_bdl.inference.starts.init_to_prior_mean`
 puts it: each site at its prior's mean.  For a network whose weights have zero-mean priors that is the all-zero
 network, a stationary point of :math:`\log p(y, \theta)` that is no mode: every hidden unit computes the same
 (zero) activation, so the gradient of each weight matrix is exactly zero and stays so; the optimiser ends where it
@@ -20,7 +20,7 @@ Example
 ...     w1 = pyro.sample("w1", dist.Normal(torch.zeros(3, 2), 1.0).to_event(2))
 ...     w2 = pyro.sample("w2", dist.Normal(torch.zeros(3), 1.0).to_event(1))
 ...     pyro.sample("y", dist.Normal(torch.tanh(x @ w1.T) @ w2, 0.1).to_event(1), obs=y)
->>> from pyro_bdl.inference.svi import init_to_prior_mean
+>>> from pyro_bdl.inference.starts import init_to_prior_mean
 >>> BreakSymmetry(init_to_prior_mean).symmetric_sites(net, {"x": torch.randn(5, 2), "y": torch.randn(5)})
 ['w1', 'w2']
 """

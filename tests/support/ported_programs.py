@@ -114,3 +114,31 @@ def digits_data(rows: int = 600) -> tuple[dict, dict]:
     X, y = load_digits(return_X_y=True)
     X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
     return {"x": X[:rows], "y": y[:rows]}, {"x": X[rows:rows + 500], "y": y[rows:rows + 500]}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# NumPyro examples/gp.py: an RBF-kernel GP regression with LogNormal(0, 10) hyperpriors (kernel variance, its
+# lengthscale, the noise) and the outputs a MultivariateNormal over the n points, on the example's generated data.
+# ----------------------------------------------------------------------------------------------------------
+
+def gp_data(seed: int = 0, n: int = 25) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.linspace(-1.0, 1.0, n)
+    Y = torch.sin(X * 6.0) * 0.5 + (X * 6.0 - 2.0) * 0.02 + 0.1 * torch.randn(n, generator=g)
+    return {"X": X, "Y": Y}
+
+
+def _rbf(X, Z, var, length, noise, jitter=1.0e-6, include_noise=True):
+    deltaXsq = ((X[:, None] - Z) / length) ** 2.0
+    k = var * torch.exp(-0.5 * deltaXsq)
+    if include_noise:
+        k = k + (noise + jitter) * torch.eye(X.shape[0])
+    return k
+
+
+def gp(X, Y):
+    var = pyro.sample("kernel_var", dist.LogNormal(0.0, 10.0))
+    noise = pyro.sample("kernel_noise", dist.LogNormal(0.0, 10.0))
+    length = pyro.sample("kernel_length", dist.LogNormal(0.0, 10.0))
+    k = _rbf(X, X, var, length, noise)
+    pyro.sample("Y", dist.MultivariateNormal(torch.zeros(X.shape[0]), covariance_matrix=k), obs=Y)
