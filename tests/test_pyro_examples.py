@@ -23,9 +23,10 @@ Checks, per (example, method) in :data:`CASES`:
     non-centred; the horseshoe's is a short run of Pyro's NUTS (trees of ~1000 steps), for its sites' shapes.
 ``nuts-warns``
     baseball.py's partially pooled model as written: kappa's Pareto tail (Pyro: ESS 211 in 4000 draws, 2
-    divergences as the phi's funnel into m for large kappa) puts any sampler under pyro_bdl's ESS floor (100 a
-    chain) at 2 x 1000 draws, so the fit must warn (a ConvergenceWarning); m and phi are still compared as for
-    ``nuts``, with our measured ESS.
+    divergences as the phi's funnel into m for large kappa) leaves a 2 x 1000 run near pyro_bdl's thresholds, which a
+    seed may cross (seeds 0-2 here: bulk ESS 422, 282, 257 against the floor of 200; 0, 1, 0 divergences; R-hat
+    1.005, 1.003, 1.014: seed 0 gives no warning, 1 and 2 one each), so a ConvergenceWarning is allowed, not
+    required; m and phi are compared as for ``nuts``, with our measured ESS.
 ``svi``
     the default SVI guide (a Normal per latent in the unconstrained space, mean-field), with explicit run
     lengths: every mean within SVI_TOL reference sds plus K standard errors of the two estimates
@@ -177,9 +178,9 @@ def _expected_warnings(example, check):
     """The context of the fit: the ConvergenceWarning it must give, or lets pass, or (the default) none."""
     if check == "nuts-divergent":
         return pytest.warns(pyro_bdl.ConvergenceWarning, match="divergent")
-    if check in ("map-degenerate", "nuts-warns"):
+    if check == "map-degenerate":
         return pytest.warns(pyro_bdl.ConvergenceWarning)
-    if check in ("svi-runs", "map-runs"):  # no convergence claim
+    if check in ("svi-runs", "map-runs", "nuts-warns"):  # no convergence claim; nuts-warns: may warn (module docstring)
         return _convergence_warnings_pass()
     if example.relabel is not None and check == "nuts":
         # label switching between chains makes the raw draws' r_hat meaningless: the diagnostics are redone on the
