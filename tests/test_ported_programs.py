@@ -25,7 +25,12 @@ SHORT = {"nuts": {"samples": 60, "warmup": 60, "chains": 1}, "svi": {"steps": 10
          "map": {"steps": 100}}
 
 
-@pytest.mark.parametrize("method", list(SHORT))
+def fast_on(methods, fast: str) -> list:
+    """``methods`` as pytest params, all but ``fast`` in the slow tier (each check runs fast on one instance)."""
+    return [pytest.param(m, marks=() if m == fast else pytest.mark.slow) for m in methods]
+
+
+@pytest.mark.parametrize("method", fast_on(SHORT, "map"))
 def test_a_float64_fit_reloads_in_float64_and_works(method, tmp_path):
     """Pyro's lkj.py passes y as float64: the fit draws in float64, and the loaded fit does too (it used to come back
     float32, and its InferenceData failed with "expected scalar type Float but found Double")."""
@@ -70,7 +75,7 @@ FUNNEL_RUNS = {"nuts": {"samples": 500, "warmup": 300, "chains": 2}, "svi": {"st
                "laplace": {"steps": 500, "samples": 2000}, "importance": {"samples": 2000}}
 
 
-@pytest.mark.parametrize("method", list(FUNNEL_RUNS))
+@pytest.mark.parametrize("method", fast_on(FUNNEL_RUNS, "nuts"))
 def test_a_density_with_no_observed_site_is_sampled(method, tmp_path):
     """NumPyro's funnel was refused by every method ("the model has no observed sample site"); now it is fitted,
     written and loaded, and its draws have the exact moments within K Monte Carlo standard errors (mean-field
@@ -98,7 +103,7 @@ def test_the_centred_funnel_has_no_laplace_proposal_and_says_so():
         pyro_bdl.fit(funnel, inference="importance", progress=False, samples=200)
 
 
-@pytest.mark.parametrize("method", ["map", "mle"])
+@pytest.mark.parametrize("method", fast_on(["map", "mle"], "map"))
 def test_a_point_fit_of_a_users_network_leaves_the_zero_saddle(method):
     """map on a PyroModule MLP with zero-mean weight priors ended at the all-zero network, every row given the same
     probabilities (accuracy 0.08 on the digits); started off the symmetric saddle it learns (chance is 0.1)."""
@@ -129,7 +134,7 @@ GP_RUNS = {"svi": {"steps": 300, "samples": 50}, "map": {"steps": 300}, "laplace
            "nuts": {"samples": 50, "warmup": 50, "chains": 1}}
 
 
-@pytest.mark.parametrize("method", list(GP_RUNS))
+@pytest.mark.parametrize("method", fast_on(GP_RUNS, "svi"))
 def test_priors_whose_mean_is_far_in_the_tail_are_not_where_the_program_runs(method, tmp_path):
     """NumPyro's GP example (LogNormal(0, 10) hyperpriors, mean e^50): svi failed at its first step in a Cholesky
     factor (it started at the prior mean), map, laplace and nuts in the structural run (a prior draw's kernel
