@@ -12,9 +12,9 @@ TORCH  ?= torch==2.13.0
 # stops grouping (pytest-xdist issue #1386), so an expensive fit two tests need lives in one test.  worksteal: an
 # idle worker takes queued tests from the busy one, so a long test scheduled last does not leave a core idle.
 JOBS   ?= 2
-# pip compiles every module it installs to bytecode, most of them torch's that nothing here imports (45 s of a
-# 100 s install on this machine: benchmarks/RESULTS.md, "The test suite"); --no-compile skips that, and one import of
-# what the package and its tests load compiles those modules once, before the test processes start.
+# pip compiles every module it installs to bytecode, most of them torch's that nothing here imports; --no-compile
+# skips that, and one import of what the package and its tests load compiles those modules once, before the test
+# processes start (the install's steps timed: benchmarks/RESULTS.md, "The test suite").
 PIP    := $(BIN)/pip install --quiet --no-compile
 WARM   := import pyro_bdl, pyro_bdl.cli, pyro_bdl.models, pyro_bdl.posterior.plots, pyro_bdl.workflows, arviz, \
           matplotlib.pyplot, sklearn.datasets, pytest, xdist, hypothesis, nbclient

@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 from pyro_bdl.posterior.inference_data import to_inference_data
 from pyro_bdl.data.table import DataError, Dataset, load_csv
 from pyro_bdl.data.embedded import load
-from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods
+from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods, rows_log_likelihood
 from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
@@ -67,6 +67,7 @@ __all__ = [
     "load_csv",
     "compare_methods",
     "compare_loo",
+    "rows_log_likelihood",
     "evidence",
     "ConvergenceWarning",
     "sbc",

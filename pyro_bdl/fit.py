@@ -203,8 +203,8 @@ def _check_processes(method, group) -> None:
 
 
 def _checked_sites(sites: Prototype, method) -> list[str]:
-    """The model's observed sites; an error for a model with none, or with nothing to infer (no latent sample site
-    and no ``pyro.param`` site).  A model whose only unknowns are ``pyro.param`` sites is fitted by the methods that
+    """The model's observed sites (none for a density, which is fitted as it is); an error for a model with nothing
+    to infer (no latent sample site and no ``pyro.param`` site).  A model whose only unknowns are ``pyro.param`` sites is fitted by the methods that
     optimise them (:attr:`~pyro_bdl.inference.method.Method.learns_params`); beside latent sites, a method that
     does not optimise them holds them at their values, with a warning that says so."""
     params = sorted(sites.params)

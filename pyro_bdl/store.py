@@ -83,7 +83,7 @@ def write_fit(result: FitResult, out_dir: str | Path, test=None, plots: bool = T
 
     ``test``: held-out data, for the predictive-band or reliability plot.  ``plots=False`` writes the records
     alone (``posterior.nc``, ``summary.csv``, ``metrics.json`` and the stored tensors), no figures: what
-    :func:`load_fit` reads is the same either way, and the figures cost about a second a fit.
+    :func:`load_fit` reads is the same either way.
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

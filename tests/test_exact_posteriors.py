@@ -72,8 +72,8 @@ RUNS_FOR = {("coin", "svi"): COIN_BETA, ("coin", "svi-meanfield"): COIN_BETA, ("
             ("blr", "svi-meanfield"): BLR_SVI, ("last-layer", "svi"): {"samples": 4000},
             # random-walk steps in 5 correlated dimensions: 2 x 3000 draws gave bulk ESS 28, 2 x 12000 gave 133 (70 s)
             ("last-layer", "metropolis"): {"samples": 12000, "warmup": 3000, "chains": 2},
-            # the fast tier's instances, shorter (the tolerances follow the ESS; the modes converge to 3e-5 sd
-            # within 500 steps here): benchmarks/RESULTS.md, "The test suite"
+            # the fast tier's instances, shorter (the tolerances follow the ESS; the blr mode is reached well
+            # within 500 steps): benchmarks/RESULTS.md, "The test suite"
             ("coin", "metropolis"): {"samples": 1000, "warmup": 500, "chains": 2},
             ("blr", "laplace"): {"samples": 4000, "steps": 500}, ("blr", "map"): {"steps": 500}}
 #: Samplers whose short runs may warn: R-hat's 1.01 is crossed by chance with 2 chains (benchmarks/RESULTS.md,

@@ -17,7 +17,6 @@ from support.ported_programs import (DigitsMLP, digits_data, funnel, funnel_nonc
 import pyro_bdl
 from pyro_bdl.data.arguments import bind_arguments
 from pyro_bdl.inference.svi import POINT_USER_INIT, init_to_prior_mean
-from pyro_bdl.posterior.diagnostics import rows_log_likelihood
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # short runs: what is checked is below
 
@@ -55,9 +54,9 @@ def test_loo_over_rows_sums_the_sites_a_row_observes():
     assert list(table.index) == ["two", "one"]
     idata = fits["two"].to_inference_data()
     by_hand = idata.log_likelihood["height"].values + idata.log_likelihood["flag"].values
-    rows = rows_log_likelihood(idata).log_likelihood
+    rows = pyro_bdl.rows_log_likelihood(idata).log_likelihood
     assert list(rows.data_vars) == ["height+flag"] and np.array_equal(rows["height+flag"].values, by_hand)
-    assert table.loc["two", "elpd_loo"] == pytest.approx(float(az.loo(rows_log_likelihood(idata)).elpd_loo))
+    assert table.loc["two", "elpd_loo"] == pytest.approx(float(az.loo(pyro_bdl.rows_log_likelihood(idata)).elpd_loo))
     one_site = pyro_bdl.compare_loo(fits, var_name="height")  # ArviZ's var_name: one site compared
     assert one_site.loc["two", "elpd_loo"] > table.loc["two", "elpd_loo"]
 
@@ -65,7 +64,7 @@ def test_loo_over_rows_sums_the_sites_a_row_observes():
 def test_sites_without_a_common_row_are_refused_naming_them():
     idata = az.from_dict(log_likelihood={"a": np.zeros((1, 5, 3)), "b": np.zeros((1, 5, 4))})
     with pytest.raises(ValueError, match=r"observes a \[3\], b \[4\].*var_name='a'"):
-        rows_log_likelihood(idata)
+        pyro_bdl.rows_log_likelihood(idata)
 
 
 #: Neal's funnel non-centred: y ~ N(0, 3) and x_decentered ~ N(0, 1) (9 entries) independently, a Gaussian density
@@ -73,20 +72,24 @@ def test_sites_without_a_common_row_are_refused_naming_them():
 FUNNEL_EXACT = {"y": (0.0, 3.0), "x_decentered": (0.0, 1.0)}
 FUNNEL_RUNS = {"nuts": {"samples": 500, "warmup": 300, "chains": 2}, "svi": {"steps": 1500, "samples": 2000},
                "laplace": {"steps": 500, "samples": 2000}, "importance": {"samples": 2000}}
+#: What svi's optimiser leaves beside the Monte Carlo error, in exact sds, on its means and on its sds: Adam's last
+#: iterates move about the optimum (measured at these settings: benchmarks/RESULTS.md, "Ported programs (issue 53)");
+#: the samplers and laplace, exact here, are held to the Monte Carlo error alone.
+FUNNEL_OPTIMISER = {"svi": 0.2}
 
 
 @pytest.mark.parametrize("method", fast_on(FUNNEL_RUNS, "nuts"))
 def test_a_density_with_no_observed_site_is_sampled(method, tmp_path):
     """NumPyro's funnel was refused by every method ("the model has no observed sample site"); now it is fitted,
     written and loaded, and its draws have the exact moments within K Monte Carlo standard errors (mean-field
-    svi and laplace are exact on this Gaussian density, up to the optimiser)."""
+    svi and laplace are exact on this Gaussian density; svi up to its optimiser, :data:`FUNNEL_OPTIMISER`)."""
     fit = pyro_bdl.fit(funnel_noncentred, inference=method, progress=False, **FUNNEL_RUNS[method])
     assert fit.likelihood_sites == [] and {"y", "x_decentered", "x"} <= set(fit.samples)
     for site, (mean, sd) in FUNNEL_EXACT.items():
         draws = fit.samples[site].double().reshape(fit.num_draws, -1).numpy()
-        n = ess(fit, site, "mean")
-        assert np.all(np.abs(draws.mean(0) - mean) < K * sd / np.sqrt(n) + (0.05 * sd if method == "svi" else 0)), site
-        assert np.all(np.abs(draws.std(0) / sd - 1) < K / np.sqrt(2 * ess(fit, site, "sd")) + 0.05), site
+        allowance = FUNNEL_OPTIMISER.get(method, 0.0)
+        assert np.all(np.abs(draws.mean(0) - mean) < K * sd / np.sqrt(ess(fit, site, "mean")) + allowance * sd), site
+        assert np.all(np.abs(draws.std(0) / sd - 1) < K / np.sqrt(2 * ess(fit, site, "sd")) + allowance), site
     idata = fit.to_inference_data()
     assert "log_likelihood" not in idata.groups() and set(az.summary(idata).index) >= {"y"}
     pyro_bdl.write_fit(fit, tmp_path / "fit", plots=False)
@@ -101,6 +104,10 @@ def test_a_density_with_no_observed_site_is_sampled(method, tmp_path):
 def test_the_centred_funnel_has_no_laplace_proposal_and_says_so():
     with pytest.raises(ValueError, match="density may have no mode.*proposal='prior'"):
         pyro_bdl.fit(funnel, inference="importance", progress=False, samples=200)
+    # the advice taken: the prior is the density itself, so every weight is 1 and the draws are exact
+    fit = pyro_bdl.fit(funnel, inference="importance", proposal="prior", progress=False, samples=500)
+    assert fit.info.proposal == "prior" and fit.info.importance_ess == pytest.approx(500)
+    assert abs(float(fit.samples["y"].mean())) < K * 3.0 / math.sqrt(ess(fit, "y", "mean")[0])
 
 
 @pytest.mark.parametrize("method", fast_on(["map", "mle"], "map"))

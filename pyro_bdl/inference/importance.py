@@ -61,7 +61,8 @@ def _prior_proposal(model, data, num):
     for _ in range(num):
         trace = poutine.trace(model).get_trace(**data)
         trace.compute_log_prob()
-        log_w.append(sum((trace.nodes[o]["log_prob_sum"] for o in obs), torch.zeros(())))  # 0: a density, no data
+        terms = [trace.nodes[o]["log_prob_sum"] for o in obs]  # none for a density: every weight is 1
+        log_w.append(sum(terms[1:], terms[0]) if terms else torch.zeros((), device=trace.nodes[names[0]]["value"].device))
         for n in names:
             values[n].append(trace.nodes[n]["value"])
     return {n: torch.stack(v) for n, v in values.items()}, torch.stack(log_w)

@@ -21,7 +21,7 @@ BULK = (0.05, 0.95)
 def _in_bulk(fn, value: torch.Tensor) -> bool:
     try:
         q = fn.cdf(value)
-    except Exception:  # no CDF (NotImplementedError), or none at this value: the mean stands
+    except (NotImplementedError, ValueError, RuntimeError):  # no CDF, or none at this value: the mean stands
         return True
     return bool(((q >= BULK[0]) & (q <= BULK[1])).all()) if torch.isfinite(q).all() else True
 
@@ -31,7 +31,7 @@ def _median(site) -> torch.Tensor:
     fn = site["fn"]
     try:
         value = fn.icdf(torch.full_like(fn.mean, 0.5)).detach()
-    except Exception:
+    except (NotImplementedError, ValueError, RuntimeError):  # no inverse CDF: the median of draws
         return init_to_median(site, num_samples=15)
     if not bool(torch.isfinite(value).all()) or not bool(fn.support.check(value).all()):
         return init_to_median(site, num_samples=15)

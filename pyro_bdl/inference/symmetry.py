@@ -4,8 +4,8 @@ A point method (``map``, ``mle``) starts a user's program where :func:`~pyro_bdl
 puts it: each site at its prior's mean.  For a network whose weights have zero-mean priors that is the all-zero
 network, a stationary point of :math:`\log p(y, \theta)` that is no mode: every hidden unit computes the same
 (zero) activation, so the gradient of each weight matrix is exactly zero and stays so; the optimiser ends where it
-started, with every row given the same class probabilities (issue 53: a 64-32-10 tanh MLP on the digits, test
-accuracy 0.08).  An SVI guide draws around its start and leaves the saddle at its first step; a point does not.
+started, with every row given the same class probabilities (issue 53's digits MLP:
+tests/test_ported_programs.py).  An SVI guide draws around its start and leaves the saddle at its first step; a point does not.
 
 :class:`BreakSymmetry` wraps an init strategy: before the run it takes the strategy's start once, and where a site
 of two or more entries starts with every entry equal and the gradient of the log joint exactly zero in every
@@ -33,6 +33,7 @@ import torch
 from pyro import poutine
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_median
 
+from pyro_bdl.inference.prototype import is_latent
 from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["BreakSymmetry"]
@@ -51,8 +52,7 @@ class BreakSymmetry:
         with poutine.block(), torch.no_grad():
             start = poutine.trace(InitMessenger(self.init)(model)).get_trace(**data)
         values = {name: site["value"].detach().clone().requires_grad_(site["value"].is_floating_point())
-                  for name, site in start.nodes.items()
-                  if site["type"] == "sample" and not site["is_observed"] and not site["infer"].get("_deterministic")}
+                  for name, site in start.nodes.items() if is_latent(site)}
         candidates = [name for name, v in values.items()
                       if v.requires_grad and v.numel() >= 2 and bool((v == v.reshape(-1)[0]).all())]
         if not candidates:

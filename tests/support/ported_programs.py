@@ -8,6 +8,7 @@ lkj (Pyro examples/lkj.py)            float64 data (``y.double()``), an ``LKJCho
 funnel (NumPyro examples/funnel.py)   a density with no observed site, centred and non-centred
 two_observed (a toy mixture's form)   two observed sites per row, for LOO over rows
 DigitsMLP (Pyro's PyroModule idiom)   a tanh MLP with N(0, 1) ``PyroSample`` weights: a point start at 0 is a saddle
+gp (NumPyro examples/gp.py)           LogNormal(0, 10) hyperpriors, whose mean e^50 no kernel matrix survives
 ====================================  ===========================================================================
 """
 
