@@ -32,6 +32,7 @@ from pyro_bdl.data.table import DataError, Dataset, load_csv
 from pyro_bdl.data.embedded import load
 from pyro_bdl.posterior.diagnostics import compare_loo, compare_methods, rows_log_likelihood
 from pyro_bdl.inference.base import ConvergenceWarning
+from pyro_bdl.inference.program_errors import ProgramFailure
 from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
 from pyro_bdl.registry import get_model, list_models
@@ -70,6 +71,7 @@ __all__ = [
     "rows_log_likelihood",
     "evidence",
     "ConvergenceWarning",
+    "ProgramFailure",
     "sbc",
     "active_learning",
     "compare",

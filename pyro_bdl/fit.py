@@ -29,6 +29,7 @@ from pyro_bdl.inference.parallel.processes import current_group, join
 from pyro_bdl.inference.parallel.threads import largest_op, resolve_threads, using_threads
 from pyro_bdl.inference.prototype import Prototype, sharing
 from pyro_bdl.posterior.prior_check import prior_posterior_conflict
+from pyro_bdl.inference.program_errors import named_failures
 from pyro_bdl.prepare import PreparedModel, prepare
 from pyro_bdl.registry import ModelSpec, resolve, spec_of, takes_minibatches
 from pyro_bdl.result import FitRecord, FitResult
@@ -106,7 +107,8 @@ def fit(
     resolved = dict(plan.settings)
     device, group = _placement(plan.method, device, threads)
     pyro.clear_param_store()  # before the model's prototype trace: another fit's parameters are not this model's
-    prepared = prepare(model, data, target=target, options=options, device=device, standardize_on=standardize_on)
+    with named_failures():  # a linear-algebra failure of the program: named by site and value
+        prepared = prepare(model, data, target=target, options=options, device=device, standardize_on=standardize_on)
     observed = _check_data(spec, plan.method, prepared, resolved)
     join(device)
     pyro.set_rng_seed(seed)
@@ -117,7 +119,8 @@ def fit(
     start = time.perf_counter()
     context = RunContext(prepared.run or prepared.model, prepared.kwargs, progress and group.main, saver,
                          _runner_extra(plan, spec, prepared.model, init_loc_fn))
-    with using_threads(count), sharing(prepared.sites, {prepared.model, context.model}, prepared.kwargs):
+    with using_threads(count), sharing(prepared.sites, {prepared.model, context.model}, prepared.kwargs), \
+            named_failures():
         draws = plan.method.execute(context, resolved)
         record.wall_seconds = time.perf_counter() - start
         result = _result(prepared, draws, observed, plan.method.name, record)

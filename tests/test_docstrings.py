@@ -30,7 +30,7 @@ DOCUMENTED = [
     "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.storage.interrupts", "pyro_bdl.bench.gap",
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",
-    "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift", "pyro_bdl.inference.symmetry", "pyro_bdl.inference.starts",
+    "pyro_bdl.inference.parallel.processes", "pyro_bdl.inference.parallel.data_parallel", "pyro_bdl.inference.drift", "pyro_bdl.inference.symmetry", "pyro_bdl.inference.starts", "pyro_bdl.inference.program_errors",
     "pyro_bdl.workflows.sbc", "pyro_bdl.workflows.sbc_result", "pyro_bdl.posterior.rank_uniformity",
     "pyro_bdl.workflows.evidence", "pyro_bdl.bench.uci", "pyro_bdl.bench.uci_report",
     "pyro_bdl.bench.uci_published",

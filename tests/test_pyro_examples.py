@@ -66,24 +66,15 @@ Checks, per (example, method) in :data:`CASES`:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import warnings
-from pathlib import Path
 
-import arviz as az
-import numpy as np
 import pytest
-from support.posterior_checks import K
 from support.pyro_example_models import EXAMPLES
+from support.reference_checks import COMPARING, check_reference_run, run_case
 
-import pyro_bdl
 from support import FIXTURES
 
 REFERENCE = json.loads((FIXTURES / "pyro_examples_reference.json").read_text())
-SVI_TOL = 0.3
-MAP_TOL = 0.5
-
 NUTS = {"chains": 2, "samples": 1000, "warmup": 500}
 SVI = {"steps": 2000, "lr": 0.05, "samples": 1000}
 MAP = {"steps": 2000, "lr": 0.05}
@@ -141,99 +132,6 @@ CASES = [
     ("gmm", "map-refuses", MAP, ()),
 ]
 
-#: the checks that compare draws with the reference (the others check that the fit runs, or warns)
-COMPARING = {"nuts", "nuts-warns", "svi", "map"}
-METHOD = {"nuts": "nuts", "nuts-divergent": "nuts", "nuts-warns": "nuts", "svi": "svi", "svi-runs": "svi",
-          "map": "map", "map-degenerate": "map", "map-runs": "map",
-          "map-refuses": "map"}
-
-
-def reference_sites(example) -> dict:
-    """The reference's summaries of the sites compared for ``example``."""
-    sites = REFERENCE["models"][example.reference_name]["sites"]
-    return {s: sites[s] for s in (example.compare or sites)}
-
-
-def fit_draws(example, result, sites) -> dict[str, np.ndarray]:
-    """Our draws of ``sites`` as float64 (chains, draws, *shape), relabelled as the reference was."""
-    missing = [s for s in sites if s not in result.samples]
-    assert not missing, f"sites {missing} of the reference are not in the fit's draws {sorted(result.samples)}"
-    draws = {s: result.samples[s].detach().double().numpy() for s in result.samples}
-    if example.relabel is not None:
-        draws = example.relabel(draws)
-    for s, ref in sites.items():
-        assert draws[s].shape[2:] == tuple(ref["shape"]), f"{s}: shape {draws[s].shape[2:]}, reference {ref['shape']}"
-        assert np.isfinite(draws[s]).all(), f"{s}: non-finite draws"
-    return {s: draws[s].reshape(draws[s].shape[0], draws[s].shape[1], -1) for s in sites}
-
-
-@contextlib.contextmanager
-def _convergence_warnings_pass():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pyro_bdl.ConvergenceWarning)
-        yield
-
-
-def _expected_warnings(example, check):
-    """The context of the fit: the ConvergenceWarning it must give, or lets pass, or (the default) none."""
-    if check == "nuts-divergent":
-        return pytest.warns(pyro_bdl.ConvergenceWarning, match="divergent")
-    if check == "map-degenerate":
-        return pytest.warns(pyro_bdl.ConvergenceWarning)
-    if check in ("svi-runs", "map-runs", "nuts-warns"):  # no convergence claim; nuts-warns: may warn (module docstring)
-        return _convergence_warnings_pass()
-    if example.relabel is not None and check == "nuts":
-        # label switching between chains makes the raw draws' r_hat meaningless: the diagnostics are redone on the
-        # relabelled draws (check_mixing)
-        return _convergence_warnings_pass()
-    return contextlib.nullcontext()
-
-
-def _fit(example, check, settings):
-    with _expected_warnings(example, check):
-        return pyro_bdl.fit(example.model, example.data(), inference=METHOD[check], progress=False, seed=0,
-                            **settings)
-
-
-def check_mixing(name, draws):
-    """pyro_bdl's own MCMC diagnostic rules (r_hat <= 1.01, bulk ESS >= 100 per chain) on relabelled draws."""
-    for s, value in draws.items():
-        for j in range(value.shape[2]):
-            rhat, ess = float(az.rhat(value[:, :, j])), float(az.ess(value[:, :, j], method="bulk"))
-            assert rhat <= 1.01 and ess >= 100 * value.shape[0], f"{name} {s}[{j}]: r_hat {rhat:.3f}, ESS {ess:.0f}"
-
-
-def check_nuts(name, draws, sites):
-    """Means and sds against the reference's, within K standard errors of the two runs' difference."""
-    errors = []
-    for s, ref in sites.items():
-        value = draws[s]
-        mean, sd = value.reshape(-1, value.shape[2]).mean(0), value.reshape(-1, value.shape[2]).std(0, ddof=1)
-        ess_mean = np.array([float(az.ess(value[:, :, j], method="mean")) for j in range(value.shape[2])])
-        ess_sd = np.array([float(az.ess(value[:, :, j], method="sd")) for j in range(value.shape[2])])
-        r_mean, r_sd = np.array(ref["mean"]), np.array(ref["sd"])
-        tol_mean = K * r_sd * np.sqrt(1 / ess_mean + 1 / np.array(ref["ess_mean"]))
-        kurt = np.array(ref["kurtosis"])
-        tol_sd = K * r_sd * np.sqrt((kurt - 1) / 4 * (1 / ess_sd + 1 / np.array(ref["ess_sd"])))
-        for j in np.flatnonzero(np.abs(mean - r_mean) >= tol_mean):
-            errors.append(f"{s}[{j}] mean {mean[j]:.4g} vs Pyro {r_mean[j]:.4g} (tol {tol_mean[j]:.3g})")
-        for j in np.flatnonzero(np.abs(sd - r_sd) >= tol_sd):
-            errors.append(f"{s}[{j}] sd {sd[j]:.4g} vs Pyro {r_sd[j]:.4g} (tol {tol_sd[j]:.3g})")
-    assert not errors, f"{name}: " + "; ".join(errors)
-
-
-def check_point(name, draws, sites, width, n_draws):
-    """Means (or the one MAP draw) within ``width`` reference sds plus K standard errors of the two estimates."""
-    errors = []
-    for s, ref in sites.items():
-        est = draws[s].reshape(-1, draws[s].shape[2]).mean(0)
-        r_mean, r_sd = np.array(ref["mean"]), np.array(ref["sd"])
-        mc = np.sqrt(1 / np.array(ref["ess_mean"]) + (1 / n_draws if n_draws else 0.0))
-        tol = r_sd * (width + K * mc)
-        for j in np.flatnonzero(np.abs(est - r_mean) >= tol):
-            errors.append(f"{s}[{j}] {est[j]:.4g} vs Pyro mean {r_mean[j]:.4g} (sd {r_sd[j]:.3g}, tol {tol[j]:.3g})")
-    assert not errors, f"{name}: " + "; ".join(errors)
-
 
 def _case_params():
     for name, check, settings, marks in CASES:
@@ -253,34 +151,9 @@ def test_the_references_compared_against_are_long_unbiased_and_mixed():
     used = {EXAMPLES[name].reference_name: EXAMPLES[name] for name, check, *_ in CASES if check in COMPARING}
     assert len(used) >= 10
     for name, example in used.items():
-        entry = REFERENCE["models"][name]
-        settings = entry["settings"]
-        draws = settings["chains"] * settings["samples"]
-        assert settings["chains"] >= 4 and draws >= 4000, (name, settings)
-        assert entry["divergences"] < 1e-3 * draws, (name, entry["divergences"])
-        for site in example.compare or entry["sites"]:
-            assert max(entry["sites"][site]["r_hat"]) < 1.01, (name, site, entry["sites"][site]["r_hat"])
+        check_reference_run(name, REFERENCE["models"][name], example.compare)
 
 
 @pytest.mark.parametrize("name,check,settings", list(_case_params()))
 def test_pyro_example(name, check, settings):
-    example = EXAMPLES[name]
-    sites = reference_sites(example)
-    if check == "map-refuses":
-        with pytest.raises(ValueError, match="enumerated .* the methods that suit it: svi, nuts, hmc"):
-            _fit(example, check, settings)
-        return
-    result = _fit(example, check, settings)
-    assert set(result.likelihood_sites).isdisjoint(sites), f"posterior sites as data: {result.likelihood_sites}"
-    draws = fit_draws(example, result, sites)
-    if check in ("nuts", "nuts-warns"):
-        if example.relabel is not None:
-            check_mixing(name, draws)
-        check_nuts(name, draws, sites)
-    elif check == "svi":
-        check_point(name, draws, sites, SVI_TOL, result.num_draws)
-    elif check == "map":
-        assert result.num_draws == 1
-        check_point(name, draws, sites, MAP_TOL, 0)
-    elif check in ("map-runs", "map-degenerate"):
-        assert result.num_draws == 1
+    run_case(name, EXAMPLES[name], check, settings, REFERENCE)

@@ -30,6 +30,7 @@ What they share:
 * ``guides``: guides (variational families) and the prior-dropping handler of MLE.
 * ``starts``: where optimisation and the structural run start a user's program: the centre its priors name.
 * ``symmetry``: point starts that are not a network's symmetric saddle.
+* ``program_errors``: a user program's linear-algebra failure, named by site and value.
 * ``optim``: the zoo's optimiser, ClippedAdam's update as one multi-tensor step.
 * ``callbacks``: what the optimisation loop calls around every step, one protocol (``StepCallback``).
 * ``compiled_elbo``: compiled ELBOs, one trace of model, guide and ELBO replayed at every step.

@@ -42,6 +42,7 @@ from pyro.distributions.transforms import biject_to
 from pyro.poutine.util import site_is_subsample
 from pyro.infer.autoguide.initialization import InitMessenger
 
+from pyro_bdl.inference.program_errors import watching
 from pyro_bdl.inference.pyro_internals import is_deterministic
 from pyro_bdl.inference.starts import init_to_prior_mean
 from pyro_bdl.storage.checkpoint import kept_rng
@@ -83,7 +84,7 @@ class Prototype:
         store = pyro.get_param_store()
         before = set(store.keys())  # the run sees them (a loaded fit's feature map reads its layers from the store)
         try:
-            with torch.no_grad(), poutine.block(), kept_rng():  # at the start, not a prior draw (inference.starts)
+            with torch.no_grad(), poutine.block(), kept_rng(), watching():  # at the start, not a prior draw (inference.starts)
                 trace = poutine.trace(InitMessenger(init_to_prior_mean)(model)).get_trace(**data)
         except NotImplementedError as error:
             raise ValueError(f"the model's prior cannot be sampled ({error}): pyro-bdl reads a model's sites from "

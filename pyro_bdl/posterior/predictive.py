@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.poutine.messenger import Messenger
 
 from pyro_bdl.inference.base import deterministic_sites
 from pyro_bdl.inference.enumeration import enumerated_sites, marginal_log_likelihood
@@ -73,6 +75,27 @@ def _moments(fn, extra: int):
     return mean, var, sample
 
 
+class _Unbroadcast(Exception):
+    """A site of a run under the plate of draws holds more than the draws times its own elements."""
+
+
+class _Bounded(Messenger):
+    """Stops a run under a plate of ``count`` draws at the first sample site whose batch holds more elements than
+    ``count`` times its batch in ``ref`` (a one-draw trace): a program indexing with a drawn value (an HMM's
+    ``probs_x[x]``) multiplies its arrays by the draws at every step, 2 ** 30 elements by its 30th."""
+
+    def __init__(self, ref, count: int):
+        super().__init__()
+        self.ref, self.count = ref, count
+
+    def _pyro_post_sample(self, msg):
+        node = self.ref.nodes.get(msg["name"])
+        if node is None or node["type"] != "sample" or not hasattr(msg["fn"], "batch_shape"):  # a plate's subsample
+            return
+        if msg["fn"].batch_shape.numel() > self.count * max(1, node["fn"].batch_shape.numel()):
+            raise _Unbroadcast(msg["name"])
+
+
 def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, extra: int):
     """Every posterior draw in one run of the model under a plate over the draws (left of the model's own
     plates, as Pyro's parallel ``Predictive``): the same outputs as the loop, or None when the model does not
@@ -92,14 +115,18 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
             return None
         cond[k] = v.reshape((S,) + (1,) * (nesting - len(node["fn"].batch_shape)) + tuple(v.shape[1:]))
 
-    def run(count: int):
+    def run(count: int, quiet: bool = False):
         """The model on the first ``count`` draws under the plate of draws; None where shapes do not broadcast
-        over it (as one draw at a time: every site's batch shape is the draws' then its own)."""
+        over it (as one draw at a time: every site's batch shape is the draws' then its own).  ``quiet``: the
+        program's own warnings not shown (a probe runs it as it was not written to run)."""
         try:
-            with pyro.plate("_pyro_bdl_draws", count, dim=-nesting - 1):
+            with warnings.catch_warnings(), _Bounded(ref, count), \
+                    pyro.plate("_pyro_bdl_draws", count, dim=-nesting - 1):
+                if quiet:
+                    warnings.simplefilter("ignore")
                 trace = poutine.trace(poutine.condition(model, data={k: v[:count] for k, v in cond.items()})) \
                     .get_trace(**data)
-        except (RuntimeError, ValueError, IndexError):
+        except (RuntimeError, ValueError, IndexError, _Unbroadcast):
             return None
         for s in sites:
             batch = tuple(ref.nodes[s]["fn"].batch_shape)
@@ -108,7 +135,7 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
         return trace
 
     # two draws first: a model that does not broadcast can make arrays of (draws x draws x ...) on all of them
-    if run(min(S, 2)) is None:
+    if run(min(S, 2), quiet=True) is None:
         return None
     trace = run(S)
     if trace is None:

@@ -41,7 +41,7 @@ import torch.fx as fx
 from pyro_bdl.inference.compile.aten_trace import trace_aten
 from pyro_bdl.inference.compile.static_runtime import same_outputs, script
 
-__all__ = ["fastest", "Form", "PotentialCompileWarning", "check_same", "TOLERANCE", "TOLERANCE_DEFAULT"]
+__all__ = ["fastest", "fell_back", "Form", "PotentialCompileWarning", "check_same", "TOLERANCE", "TOLERANCE_DEFAULT"]
 
 
 class PotentialCompileWarning(UserWarning):
@@ -70,6 +70,15 @@ def torch_quietly():
         yield
 
 
+def fell_back(notes: list | None, message: str, stacklevel: int = 1) -> None:
+    """A slower form chosen: ``message`` appended to ``notes`` (where given: the object that keeps the form keeps
+    why, for a fit to report however often it is reused) and warned (:class:`PotentialCompileWarning`, which a fit
+    holds back and reports in its info instead: :func:`pyro_bdl.inference.mcmc.zoo.run_zoo_mcmc`)."""
+    if notes is not None and message not in notes:
+        notes.append(message)
+    warnings.warn(message, PotentialCompileWarning, stacklevel=stacklevel + 1)
+
+
 #: How far a traced or compiled form may stray from the eager one, relative to each value and to its tensor's scale
 #: (:func:`~pyro_bdl.inference.compile.static_runtime.same_outputs`), by dtype: a few ulps of a float32 energy near
 #: 2000, the roundoff of reordered sums (benchmarks/RESULTS.md, "UCI networks: the compiled leaf had been refused").
@@ -85,14 +94,14 @@ def check_same(got, want) -> None:
 
 
 def fastest(eager, example: tuple, reference, *, compile: bool, mode: str = "eager", what: str = "the function",
-            stacklevel: int = 1) -> Form:
+            stacklevel: int = 1, notes: list | None = None) -> Form:
     """The fastest form of ``eager`` (tensors in, tensors out) that gives ``reference`` (its outputs on
     ``example``) again on ``example``: compiled (``compile=True``), else traced; see the module docstring.
     ``mode``: the name of ``eager``'s own form (used where tracing fails); ``what``: the function, in the warning;
-    ``stacklevel``: the frame the warning names, 1 for the caller of this function."""
+    ``stacklevel``: the frame the warning names, 1 for the caller of this function; ``notes``: a list the
+    warning's message is appended to as well (read by whoever reports the run: :func:`fell_back`)."""
     def fallback(mode, reason):
-        warnings.warn(f"{what} runs {mode}, slower than compiled: {reason}", PotentialCompileWarning,
-                      stacklevel=stacklevel + 2)
+        fell_back(notes, f"{what} runs {mode}, slower than compiled: {reason}", stacklevel=stacklevel + 2)
 
     try:
         graph = trace_aten(eager, *example)

@@ -45,7 +45,7 @@ import warnings
 import torch
 
 from pyro_bdl.inference.compile.aten_trace import trace_aten
-from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, check_same, torch_quietly
+from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, check_same, fell_back, torch_quietly
 from pyro_bdl.inference.compile.static_runtime import script
 
 __all__ = ["Fusion", "fuse", "traced_with", "contiguous_tensors", "inductor"]
@@ -65,6 +65,7 @@ class Fusion:
         self.graph = graph
         self.steps = {}
         self.traces = {}
+        self.fallbacks: list[str] = []  # why a step runs slower than fused (each message once)
 
     def fuse(self, key, step, example: tuple, tensors: tuple, *, eager, compile: bool, fixed: dict | None = None,
              stacklevel: int = 1):
@@ -84,7 +85,7 @@ class Fusion:
         if cache_key not in self.steps:
             self.steps[cache_key] = None if self.graph is None else fuse(
                 step, self.graph, example, tensors, compile=compile, fixed=fixed, trace=self._trace,
-                stacklevel=stacklevel + 1)
+                stacklevel=stacklevel + 1, notes=self.fallbacks)
         fused = self.steps[cache_key]
         if fused is None and compile and self.graph is not None:
             return self.fuse(key, step, example, tensors, eager=eager, compile=False, fixed=fixed,
@@ -109,7 +110,7 @@ def _unfused(step, eager, n: int):
 
 
 def fuse(step, graph: torch.fx.GraphModule, example: tuple, tensors: tuple, *, compile: bool,
-         fixed: dict | None = None, trace=None, stacklevel: int = 1):
+         fixed: dict | None = None, trace=None, stacklevel: int = 1, notes: list | None = None):
     """``step(grad_and_value, *args)`` with ``graph`` (``(x, *tensors) -> (grad, value)``) spliced in where it calls
     ``grad_and_value``, as one function ``fused(*args, *tensors) -> tuple``: run traced (the static runtime), or
     compiled by inductor (``compile=True``; seconds); None, with one warning, where that fails.
@@ -141,8 +142,8 @@ def fuse(step, graph: torch.fx.GraphModule, example: tuple, tensors: tuple, *, c
     except Exception as error:  # noqa: BLE001 - the step still runs: traced (Fusion.fuse) or op by op
         how = ("did not compile fused with the model's potential and runs traced instead" if compile else
                "did not fuse with the model's potential and runs op by op")
-        warnings.warn(f"the sampler's step {how} (slower): {type(error).__name__}: {str(error)[:300]}",
-                      PotentialCompileWarning, stacklevel=stacklevel + 1)
+        fell_back(notes, f"the sampler's step {how} (slower): {type(error).__name__}: {str(error)[:300]}",
+                  stacklevel=stacklevel + 1)
         return None
 
 

@@ -34,10 +34,14 @@ class ChainInfo(MethodInfo):
     ----------
     mean_accept_prob : the mean acceptance probability of the kept draws, over the chains.
     divergences : the number of divergent transitions among the kept draws.
+    slower_path : where the sampler ran a slower form than its fastest (the model's potential not compiled, its
+        steps not fused with it) and why, in words; None where it ran the fastest.  The draws are the same either
+        way; only the time differs.
     """
 
     mean_accept_prob: float = math.nan
     divergences: int = 0
+    slower_path: str | None = None
 
 
 def stack_chains(done: list) -> Draws:

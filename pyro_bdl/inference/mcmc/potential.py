@@ -61,7 +61,7 @@ from pyro.infer.mcmc.util import TraceEinsumEvaluator
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to
 
-from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, fastest
+from pyro_bdl.inference.compile.fastest import PotentialCompileWarning, fastest, fell_back
 from pyro_bdl.inference.enumeration import enumerating, is_enumerated, plate_nesting
 
 __all__ = ["FlatPotential", "flat_potential", "PotentialCompileWarning"]  # the warning: re-exported (compile/)
@@ -119,6 +119,7 @@ class FlatPotential:
         self.device = next(iter(trace.nodes[s]["value"] for s in self.sites)).device
         self._batched = None
         self._graph = None  # the traced FX graph of the batched potential, once built (None if untraceable)
+        self.fallbacks: list[str] = []  # why the potential runs slower than compiled (each message once)
         self._mode = None
         self.evaluations = 0  # batched potential-and-gradient evaluations so far (one per leapfrog step)
 
@@ -211,18 +212,18 @@ class FlatPotential:
             return
         if self.enumerated:  # vmap cannot map Pyro's enumeration: the loop over chains, traced
             form = fastest(self._looped, (theta, *tensors), self._looped(theta, *tensors), compile=self.compile,
-                           mode="loop", what="the model's potential", stacklevel=3)
+                           mode="loop", what="the model's potential", stacklevel=3, notes=self.fallbacks)
             self._batched, self._graph, self._mode = form.run, form.graph, form.mode
             return
         try:
             reference = self._vmapped(theta, *tensors)
         except Exception as error:  # noqa: BLE001 - any failure of vmap: a loop over chains still works
-            warnings.warn(f"the model's potential runs loop, slower than compiled: torch.func.vmap failed "
-                          f"({type(error).__name__}: {error})", PotentialCompileWarning, stacklevel=3)
+            fell_back(self.fallbacks, f"the model's potential runs loop, slower than compiled: torch.func.vmap "
+                      f"failed ({type(error).__name__}: {error})", stacklevel=3)
             self._batched, self._mode = self._looped, "loop"
             return
         form = fastest(self._vmapped, (theta, *tensors), reference, compile=self.compile, mode="vmap",
-                       what="the model's potential", stacklevel=3)
+                       what="the model's potential", stacklevel=3, notes=self.fallbacks)
         self._batched, self._graph, self._mode = form.run, form.graph, form.mode
 
     @property

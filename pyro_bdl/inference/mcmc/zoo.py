@@ -6,6 +6,10 @@ shared across fits of the same model and data shapes), runs all chains together 
 :class:`~pyro_bdl.inference.base.Draws` as Pyro's kernels: draws in constrained space and the
 per-draw ``diverging``, ``step_size``, ``n_steps``, ``tree_depth`` (NUTS), ``lp``.
 
+Where the sampler runs a slower form than its fastest (a potential that does not trace, steps that do not fuse with
+it: :class:`~pyro_bdl.inference.compile.fastest.PotentialCompileWarning`), the fit shows no warning, which the user
+could do nothing about: its info says so once, in words (``ChainInfo.slower_path``).
+
 Checkpoints hold finished chains, as with Pyro's kernels (a rerun with more chains runs the missing ones),
 and the state of the batch being run, saved every minute and on Ctrl-C
 (:data:`~pyro_bdl.inference.mcmc.sampler.SAVE_EVERY_SECONDS`): an interrupted run resumes where it stopped
@@ -15,10 +19,14 @@ generator (``pyro.set_rng_seed``).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from pyro_bdl.inference.base import Draws, as_flag
 from pyro_bdl.inference.mcmc.draws import stack_chains
+from pyro_bdl.inference.compile.fastest import PotentialCompileWarning
+from pyro_bdl.inference.mcmc.dynamics import fusion_of
 from pyro_bdl.inference.mcmc.potential import flat_potential
 from pyro_bdl.inference.mcmc.sampler import sample
 from pyro_bdl.inference.parallel.processes import current_group, gather_rows, my_share
@@ -58,10 +66,13 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
             checkpoint.save({"chains": done, "rng": rng, "batch": sampler_state})
 
         potential = flat_potential(model, data, remaining, compile=False)
-        out = sample(potential, potential.data_tensors(data), chains=remaining, warmup=warmup, samples=samples,
-                     kernel=name, target_accept=target_accept, max_tree_depth=max_tree_depth,
-                     full_mass=as_flag(full_mass), seed=seed, compile=True if as_flag(jit) else "auto",
-                     progress=progress, resume=batch, on_save=None if checkpoint is None else save_batch)
+        with warnings.catch_warnings():  # a slower form is the engine's business: said once, in the fit's info
+            warnings.simplefilter("ignore", PotentialCompileWarning)
+            out = sample(potential, potential.data_tensors(data), chains=remaining, warmup=warmup, samples=samples,
+                         kernel=name, target_accept=target_accept, max_tree_depth=max_tree_depth,
+                         full_mass=as_flag(full_mass), seed=seed, compile=True if as_flag(jit) else "auto",
+                         progress=progress, resume=batch, on_save=None if checkpoint is None else save_batch)
+        slower = potential.fallbacks + fusion_of(potential).fallbacks
         values = potential.unpack(out.theta)
         for c in range(remaining):
             done.append({"samples": {k: v[c].detach().clone() for k, v in values.items()},
@@ -69,7 +80,10 @@ def run_zoo_mcmc(name: str, model, data: dict, *, samples: int, warmup: int, cha
                          "accept": float(out.accept[c])})
         if checkpoint is not None:
             checkpoint.save({"chains": done, "rng": rng_state()})
-    return stack_chains(gather_chains(done, group))
+    draws = stack_chains(gather_chains(done, group))
+    if remaining > 0 and slower:
+        draws.info.slower_path = "; ".join(slower)
+    return draws
 
 
 def gather_chains(done: list, group) -> list:

@@ -21,6 +21,7 @@ import pytest
 import torch
 from support.problems import PROBLEMS, SCHOOLS_SIGMA, SCHOOLS_Y
 
+import pyro_bdl
 from pyro_bdl.inference.mcmc import dynamics
 from pyro_bdl.inference.mcmc import sampler as sampler_module
 from pyro_bdl.inference.mcmc.dynamics import fuse_with, fusion_of
@@ -302,6 +303,29 @@ def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_s
     assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
     assert len(ours) == 1 and "loop" in str(ours[0].message)
     precision = len(y) + 0.01
+    _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
+
+
+def test_a_fit_on_a_slower_path_says_so_once_in_its_info_and_shows_no_warning(tmp_path):
+    """The user cannot act on the engine's fallback: ``pyro_bdl.fit`` shows no PotentialCompileWarning; its info
+    names the slower form and why (also after a reload), and the draws are the exact posterior's all the same."""
+    def python_reading(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+        scale = 1.0 if float(mu) < 1e9 else 2.0  # a value read into Python: vmap cannot batch it
+        with pyro.plate("data", len(y)):
+            pyro.sample("y", dist.Normal(mu, scale), obs=y)
+
+    y = torch.randn(30, generator=torch.Generator().manual_seed(1)) + 2.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = pyro_bdl.fit(python_reading, {"y": y}, inference="nuts", samples=300, warmup=150, chains=2,
+                           progress=False, seed=0)
+    assert not [w for w in caught if issubclass(w.category, PotentialCompileWarning)]
+    assert "runs loop" in fit.info.slower_path and "vmap failed" in fit.info.slower_path
+    pyro_bdl.write_fit(fit, tmp_path / "fit", plots=False)
+    assert pyro_bdl.load_fit(tmp_path / "fit", model=python_reading).info.slower_path == fit.info.slower_path
+    precision = len(y) + 0.01
+    draws = {"mu": fit.samples["mu"].double().numpy()}
     _check_exact(draws, {"mu": (torch.tensor(float(y.sum()) / precision), torch.tensor(precision ** -0.5))})
 
 
