@@ -145,11 +145,40 @@ def fold_constants(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
+def _written(graph: fx.Graph) -> set:
+    """The nodes whose tensors an in-place operation writes into, with every view of them and every tensor they
+    view: none may be folded into a buffer, or the write would change it for every later call (capture-recapture's
+    ``mask |= captured``, on a mask made by ``zeros``, made the second chain start from the first chain's mask)."""
+    written, views = set(), {}
+    for node in graph.nodes:
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+            continue
+        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        schema = getattr(node.target, "_schema", None)
+        writes = (name.endswith("_") and not name.startswith("_")) or (schema is not None and any(
+            a.alias_info is not None and a.alias_info.is_write for a in schema.arguments))
+        if writes:
+            written.add(node.args[0])
+        elif _aliases(node.target):  # a view: one tensor with its input
+            views.setdefault(node, set()).add(node.args[0])
+            views.setdefault(node.args[0], set()).add(node)
+    frontier = list(written)
+    while frontier:
+        for other in views.get(frontier.pop(), ()):
+            if other not in written:
+                written.add(other)
+                frontier.append(other)
+    return written
+
+
 def _fold(gm: fx.GraphModule) -> None:
     """:func:`fold_constants` on the graph, without generating ``gm``'s code (``simplify`` generates it once)."""
     known: dict = {}
     graph = gm.graph
+    written = _written(graph)
     for node in list(graph.nodes):
+        if node in written:
+            continue
         if node.op == "get_attr":
             value = getattr(gm, node.target, None)
             if isinstance(value, torch.Tensor):
