@@ -59,9 +59,9 @@ class _Sites(Messenger):
 def _engine_roots() -> tuple[str, ...]:
     import pyro
 
-    import pyro_bdl
-
-    return tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, pyro, pyro_bdl))
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # pyro_bdl/, above inference/
+    return tuple(os.path.realpath(os.path.dirname(module.__file__)) + os.sep for module in (torch, pyro)) + (
+        package + os.sep,)
 
 
 def _generated(name: str) -> bool:

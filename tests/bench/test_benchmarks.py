@@ -465,6 +465,12 @@ def test_pyro_examples_reference_quick_run_writes_the_summaries(tmp_path):
 
 
 @pytest.mark.slow
+def test_markov_nuts_speed_prints_a_row_and_the_path(tmp_path):
+    out = run_script("benchmarks/markov_nuts_speed.py", "--quick", "--programs", "toy_mixture", cwd=tmp_path)
+    assert "| toy_mixture |" in out and "toy_mixture: the zoo's sampler ran" in out, out
+
+
+@pytest.mark.slow
 def test_pyro_module_speed_benchmark_prints_both_models_alone_and_busy(tmp_path):
     out = run_script("benchmarks/pyro_module_speed.py", "--quick", cwd=tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| BayesianRegression") or line.startswith("| BNN")]

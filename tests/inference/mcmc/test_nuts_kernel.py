@@ -432,7 +432,7 @@ def test_runner_returns_draws_and_resumes_from_a_checkpoint(tmp_path):
     both = run_zoo_mcmc("nuts", model, data, samples=30, warmup=30, chains=2, progress=False, checkpoint=saver)
     assert torch.equal(both.samples["w"][0], first.samples["w"][0])
     assert not torch.equal(both.samples["w"][1], first.samples["w"][0])
-    assert set(both.info.to_metrics()) == {"mean_accept_prob", "divergences"}
+    assert set(both.info.to_metrics()) == {"mean_accept_prob", "divergences", "slower_path"}
 
 
 @pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")  # 30-draw runs: which kernel ran is what is tested
