@@ -166,7 +166,7 @@ def _others_at_their_best(model, data: dict, values: dict, site: str, supports: 
                 loss.backward()
             return loss
 
-        before = float(closure())
+        before = float(closure().detach())
         optimiser.step(closure)
         after = {name: value.detach() for name, value in current().items()}
     # a step that failed (NaN) or did worse leaves the point as the fit left it
