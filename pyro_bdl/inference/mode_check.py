@@ -13,7 +13,7 @@ wrong advice.  :func:`running_to_an_edge` finds such sites by two tests, both ne
 
 At a mode inside the support the second test fails (the slope is zero there); a point that merely lies far out
 in its prior fails the first.  An optimiser crawls along such a ridge (a random walk's step size, whose density
-grows as sigma^-T with T steps, is 2e-3 after 2000 steps where its prior's median is 0.014), so a point nearer the
+grows as sigma^-T with T steps: benchmarks/RESULTS.md, "Ported programs against Pyro"), so a point nearer the
 edge than :data:`NEAR_FRACTION` of the typical distance is judged too, by the slope where it is and
 :data:`PROBE` units further on (a factor e^4 = 55 closer to the edge): rising at both, no mode lies ahead worth
 stopping at; a mode between the two makes the second slope fall.

@@ -288,13 +288,15 @@ def test_discrete_and_empty_models_are_refused():
 
 
 @pytest.mark.slow
-def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_stays_correct():
-    def python_reading(y):
-        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
-        scale = 1.0 if float(mu) < 1e9 else 2.0  # a value read into Python: vmap cannot batch it
-        with pyro.plate("data", len(y)):
-            pyro.sample("y", dist.Normal(mu, scale), obs=y)
+def python_reading(y):
+    """A model that reads a value into Python (``float(mu)``): vmap cannot batch it, so its potential runs a loop."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    scale = 1.0 if float(mu) < 1e9 else 2.0
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.Normal(mu, scale), obs=y)
 
+
+def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_stays_correct():
     y = torch.randn(30, generator=torch.Generator().manual_seed(1)) + 2.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -309,12 +311,6 @@ def test_a_model_that_reads_values_into_python_falls_back_with_one_warning_and_s
 def test_a_fit_on_a_slower_path_says_so_once_in_its_info_and_shows_no_warning(tmp_path):
     """The user cannot act on the engine's fallback: ``pyro_bdl.fit`` shows no PotentialCompileWarning; its info
     names the slower form and why (also after a reload), and the draws are the exact posterior's all the same."""
-    def python_reading(y):
-        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
-        scale = 1.0 if float(mu) < 1e9 else 2.0  # a value read into Python: vmap cannot batch it
-        with pyro.plate("data", len(y)):
-            pyro.sample("y", dist.Normal(mu, scale), obs=y)
-
     y = torch.randn(30, generator=torch.Generator().manual_seed(1)) + 2.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
