@@ -63,9 +63,12 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
+from pyro.infer.autoguide.initialization import InitMessenger
 from pyro.poutine.util import site_is_subsample
 
 from pyro_bdl.inference.base import observed_sites
+from pyro_bdl.inference.starts import init_to_prior_mean
+from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["dense_layers", "layer_sites", "LinearisedNetwork", "Curvature", "Linearisation", "ggn", "linearisations",
            "data_rows", "OnRows", "log_marginal_likelihood", "marglik_precision", "model_prior"]
@@ -86,10 +89,11 @@ class _DenseRecorder(Messenger):
 
 def dense_layers(model, data: dict) -> list[str]:
     """The names of the model's :func:`~pyro_bdl.nn.layers.dense` layers in the order its forward pass runs them
-    (``['layer0', 'layer1']``); a clear error for a model that has none."""
+    (``['layer0', 'layer1']``); a clear error for a model that has none.  The model runs once at the centre of its
+    priors (:func:`~pyro_bdl.inference.starts.init_to_prior_mean`), moving no random stream: not at a prior draw."""
     recorder = _DenseRecorder()
-    with torch.no_grad(), poutine.block(), recorder:
-        model(**data)
+    with torch.no_grad(), poutine.block(), kept_rng(), recorder:
+        InitMessenger(init_to_prior_mean)(model)(**data)
     if not recorder.names:
         raise ValueError("the model runs no dense layer (pyro_bdl.nn.layers.dense): the GGN Laplace needs a network")
     return list(dict.fromkeys(recorder.names))

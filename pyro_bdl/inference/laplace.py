@@ -249,10 +249,10 @@ def run_laplace_ggn(model, data: dict, *, steps: int, lr: float, samples: int, s
     _check_choice("predictive", predictive, PREDICTIVES)
     prior_precision = _prior_setting(prior_precision)
     _check_held_out(validation, folds)  # before the MAP: a bad setting costs no fit
+    layers = dense_layers(model, data)  # before the MAP too: a model with no network is refused at once
     mode = run_map(model, data, steps=steps, lr=lr, progress=progress, checkpoint=checkpoint,
                    init_loc_fn=init_loc_fn, **adam)
     point = {name: value[0, 0] for name, value in mode.samples.items()}
-    layers = dense_layers(model, data)
     sites = layer_sites(layers if subset == "all" else layers[-1:])
     missing = [s for s in sites if s not in point]
     if missing:

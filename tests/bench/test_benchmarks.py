@@ -465,6 +465,19 @@ def test_pyro_examples_reference_quick_run_writes_the_summaries(tmp_path):
 
 
 @pytest.mark.slow
+def test_pyro_autodelta_reference_writes_its_accuracies(tmp_path):
+    """One seed of 20 steps: the fixture's layout (its settings, one accuracy in [0, 1], the test rows)."""
+    import json
+
+    out = run_script("benchmarks/pyro_autodelta_reference.py", "--seeds", "1", "--steps", "20", "--out", "q.json",
+                     cwd=tmp_path)
+    assert "AutoDelta accuracy over 1 seeds" in out and "wrote q.json" in out, out
+    doc = json.loads((tmp_path / "q.json").read_text())
+    assert doc["settings"]["steps"] == 20 and doc["test_rows"] == 500 and doc["pyro_version"]
+    assert len(doc["accuracy"]) == 1 and 0.0 <= doc["accuracy"][0] <= 1.0
+
+
+@pytest.mark.slow
 def test_markov_nuts_speed_prints_a_row_and_the_path(tmp_path):
     out = run_script("benchmarks/markov_nuts_speed.py", "--quick", "--programs", "toy_mixture", cwd=tmp_path)
     assert "| toy_mixture |" in out and "toy_mixture: the zoo's sampler ran" in out, out

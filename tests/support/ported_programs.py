@@ -117,6 +117,11 @@ class DigitsMLP(PyroModule):
             return pyro.sample("obs", dist.Categorical(logits=logits), obs=y)
 
 
+#: The point fits of DigitsMLP that tests/test_ported_programs.py holds to Pyro's AutoDelta on the same settings
+#: (benchmarks/pyro_autodelta_reference.py, tests/support/fixtures/digits_autodelta_reference.json)
+DIGITS_MAP = {"hidden": 16, "steps": 300, "lr": 0.05}
+
+
 def digits_data(rows: int = 600) -> tuple[dict, dict]:
     """(train, test) of scikit-learn's digits scaled to [0, 1]: the first ``rows`` rows and the 500 after them."""
     from sklearn.datasets import load_digits
