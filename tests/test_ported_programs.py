@@ -225,7 +225,7 @@ CASES = [
     ("two_observed", "nuts", NUTS, (slow,)),
     ("two_observed", "svi", SVI, (slow,)),
     ("two_observed", "map", MAP, ()),
-    ("ucbadmit", "nuts-runs", NUTS, (slow,)),  # no reference yet (WITHOUT_REFERENCE)
+    ("ucbadmit", "nuts", NUTS, (slow,)),
     ("ucbadmit", "svi-runs", SVI, (slow,)),  # hierarchical: mean-field SVI is biased in the scales
     ("ucbadmit", "map-runs", MAP, (slow,)),
     ("dawid_skene", "nuts", NUTS, (slow,)),
@@ -249,9 +249,7 @@ CASES = [
 #: programs whose reference run is not stored yet, and why: their cases check that the fit runs, not its draws
 WITHOUT_REFERENCE = {"hmm": "Pyro's NUTS takes about 0.3 s an iteration on it even with its JIT (trees of ~30 steps "
                             "through 30 enumerated time steps): 4 x 1500 iterations did not finish in the session "
-                            "that ported it (benchmarks/RESULTS.md, 'Ported programs against Pyro')",
-                     "ucbadmit": "its run (about 12 min of Pyro's NUTS with its JIT) was started too late in that "
-                                 "session; `--set ported --models ucbadmit` makes it"}
+                            "that ported it (benchmarks/RESULTS.md, 'Ported programs against Pyro')"}
 
 
 def test_every_program_has_a_reference_and_cases():
