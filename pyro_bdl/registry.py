@@ -158,6 +158,9 @@ class PostFit:
     evaluate : ``(result, test dataset) -> dict``, the model's own held-out metrics (``test_...``).
     plots : ``(result, out_dir, test) -> [file names]``, the model's own figures, written by the fit (``test``:
         held-out data, or None).
+    predictive_model : ``(model, training data) -> model``, what the posterior draws predict through, for a model
+        whose predictive conditions on the training rows (a Gaussian process: the program given them); None: the
+        model itself.
     """
 
     exact_posterior: Callable | None = None
@@ -167,6 +170,7 @@ class PostFit:
     predict: Callable | None = None
     evaluate: Callable | None = None
     plots: Callable | None = None
+    predictive_model: Callable | None = None
 
 
 @dataclass(frozen=True)

@@ -188,10 +188,13 @@ class FitResult:
     @property
     def predicting_model(self) -> Callable:
         """What the draws predict through: the model, or what the method declares
-        (:attr:`~pyro_bdl.inference.Method.predictive_model`, e.g. ``laplace-ggn``'s linearised network)."""
+        (:attr:`~pyro_bdl.inference.Method.predictive_model`, e.g. ``laplace-ggn``'s linearised network), given the
+        training rows where the model's predictive conditions on them (:attr:`PostFit.predictive_model`)."""
         method = METHODS.get(self.method)
         hook = method.predictive_model if method is not None else None
-        return self.model if hook is None else hook(self.model, self.params)
+        model = self.model if hook is None else hook(self.model, self.params)
+        own = self.spec.hooks.predictive_model if self.spec is not None else None
+        return model if own is None else own(model, self.data)
 
     @property
     def standardized_data(self) -> dict:

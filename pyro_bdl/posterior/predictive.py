@@ -51,6 +51,9 @@ class PredictiveDraws:
     probs : (chains, draws, n, C) class probabilities, for Categorical likelihoods.
     gaussian : site -> True when its likelihood is Normal (exact predictive intervals).
     deterministic : (chains, draws, *shape) of each ``pyro.deterministic`` site, for these data.
+    latent_variance : (chains, draws, *obs_shape), for a likelihood that declares it (``fn.latent_variance``: a
+        Gaussian process's predictive, the latent function marginalised): the part of ``variance`` that is
+        uncertainty about the mean, counted as epistemic by :func:`summarise`.
     """
 
     mean: dict
@@ -61,6 +64,7 @@ class PredictiveDraws:
     probs: dict
     gaussian: dict
     deterministic: dict = field(default_factory=dict)
+    latent_variance: dict = field(default_factory=dict)
 
 
 def _moments(fn, extra: int):
@@ -141,7 +145,7 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
     if trace is None:
         return None
     out = {key: {} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
-    observed, gaussian = {}, {}
+    observed, gaussian, latent = {}, {}, {}
     for s in sites:
         fn, ref_fn = trace.nodes[s]["fn"], ref.nodes[s]["fn"]
         shape = tuple(ref_fn.batch_shape) + tuple(ref_fn.event_shape)
@@ -157,6 +161,8 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
             return t.reshape(tuple(lead) + (chains, num) + shape).cpu().numpy()
 
         out["mean"][s], out["variance"][s] = per_draw(mean), per_draw(var)
+        if hasattr(fn, "latent_variance"):
+            latent[s] = per_draw(fn.latent_variance)
         out["draws"][s] = np.moveaxis(per_draw(sample, (extra,)), 0, 2)
         gaussian[s] = isinstance(fn, dist.Normal)
         if isinstance(fn, dist.Categorical):
@@ -168,7 +174,7 @@ def _vectorised(model, samples: dict, data: dict, sites: list[str], computed, ex
     deterministic = {name: trace.nodes[name]["value"].reshape((chains, num) + tuple(ref.nodes[name]["value"].shape)).cpu().numpy()
                      for name in computed}
     return PredictiveDraws(**{key: {s: v for s, v in per_site.items()} for key, per_site in out.items()},
-                           observed=observed, gaussian=gaussian, deterministic=deterministic)
+                           observed=observed, gaussian=gaussian, deterministic=deterministic, latent_variance=latent)
 
 
 @torch.no_grad()
@@ -221,7 +227,8 @@ def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> Pred
         fast = _vectorised(model, samples, data, sites, computed_names, extra)
         if fast is not None:
             return fast
-    out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood", "probs")}
+    out = {key: {s: [] for s in sites} for key in ("mean", "variance", "draws", "log_likelihood", "probs",
+                                                   "latent_variance")}
     observed, gaussian = {}, {}
     computed = {name: [] for name in computed_names}  # from the latents, for these data
     for c in range(chains):
@@ -236,6 +243,8 @@ def predictive_draws(model, samples: dict, data: dict, sites: list[str]) -> Pred
                 out["mean"][s].append(mean)
                 out["variance"][s].append(var)
                 out["draws"][s].append(sample)
+                if hasattr(node["fn"], "latent_variance"):
+                    out["latent_variance"][s].append(node["fn"].latent_variance)
                 gaussian[s] = isinstance(node["fn"], dist.Normal)
                 if isinstance(node["fn"], dist.Categorical):
                     out["probs"][s].append(node["fn"].probs)
@@ -264,7 +273,13 @@ def summarise(pred: PredictiveDraws, site: str, prob: float = 0.94) -> pd.DataFr
     mean = pred.mean[site].reshape((-1, int(np.prod(pred.mean[site].shape[2:], dtype=int))))  # (S, n)
     sd = np.sqrt(pred.variance[site].reshape(mean.shape))
     if pred.gaussian.get(site, False):
-        return regression_summary(mean, sd, prob)
+        table = regression_summary(mean, sd, prob)
+        if site in pred.latent_variance:  # the latent function's part of each draw's variance is epistemic
+            latent = pred.latent_variance[site].reshape(mean.shape)
+            aleatoric = (sd ** 2 - latent).clip(min=0.0).mean(0)
+            table["aleatoric_sd"] = np.sqrt(aleatoric)
+            table["epistemic_sd"] = np.sqrt((table["sd"].to_numpy() ** 2 - aleatoric).clip(min=0.0))
+        return table
     table = predictive_moments(mean, sd)
     draws = pred.draws[site].reshape((-1, mean.shape[1]))  # (S * k, n)
     tail = (1.0 - prob) / 2.0

@@ -1,0 +1,228 @@
+r"""Gaussian process regression, the latent function marginalised.
+
+.. math::
+
+    f \sim \mathcal{GP}(m, k_\theta), \qquad y_i = f(x_i) + \varepsilon_i, \quad \varepsilon_i \sim \mathcal N(0,
+    \sigma^2) \quad\Longrightarrow\quad y \mid \theta, \sigma \sim \mathcal N\big(m \mathbf 1,\ K_\theta + \sigma^2
+    I\big), \quad K_\theta = k_\theta(X, X),
+
+with :math:`k_\theta` one of :mod:`pyro_bdl.nn.kernels` (``rbf``, ``matern12``/``32``/``52``, ``rq``,
+``periodic``, ``linear``, the network kernels ``arccos`` and ``arcsin``, their sums and products; one lengthscale
+per input) and the mean :math:`m` the training targets' mean (``mean="constant"``) or 0.  Hyperparameters under
+weakly informative priors in the data's own units (the scale of the training data, as the other regressors'
+standardised units; every value is reported in the data's units):
+
+.. math::
+
+    \ell_d \sim \mathrm{LogNormal}(\log s_{x_d}, 1), \quad v \sim \mathrm{LogNormal}(\log s_y^2, 1), \quad
+    \sigma \sim \mathrm{HalfNormal}(s_y), \quad p \sim \mathrm{LogNormal}(\log \bar s_x, 1), \quad
+    \alpha,\ \ell_{\rm periodic},\ b \sim \mathrm{LogNormal}(0, 1),
+
+:math:`s` the training data's sds (a linear kernel's offset as :math:`v`; the network kernels' weight scales
+:math:`\ell_d` at the inputs' root mean square).  Every hyperparameter can be fixed (``fixed="lengthscale=0.5,
+noise=0.1"``, ``noise=0.1``).
+
+The predictive at new rows conditions on the training rows (:mod:`pyro_bdl.nn.gaussian_process`):
+:math:`f_* \mid y \sim \mathcal N(m + k_*^\top K^{-1}(y - m),\ k_{**} - k_*^\top K^{-1} k_*)`, the first part of
+its variance epistemic, :math:`\sigma^2` aleatoric; at the training rows themselves it is each row's leave-one-out
+predictive :math:`y_i \mid y_{-i}`, whose densities are the pointwise log-likelihood ArviZ's LOO takes for a model
+whose rows do not factorise (Bürkner et al. 2021).
+
+Example
+-------
+>>> import torch, pyro_bdl
+>>> X = torch.linspace(-1, 1, 20)[:, None]; y = torch.sin(3 * X[:, 0]) + 0.1 * torch.randn(20)
+>>> fit = pyro_bdl.fit("gp", {"X": X, "y": y}, inference="map", steps=300, progress=False)
+>>> table = fit.predict(torch.tensor([[0.0], [3.0]]))
+>>> bool(table["epistemic_sd"][1] > table["epistemic_sd"][0])   # far from the data: unsure of f
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+from pyro_bdl.data.table import DataError, check_has_features
+from pyro_bdl.inference import Domain
+from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive, leave_one_out_moments,
+                                          predictive_moments, stable_cholesky)
+from pyro_bdl.nn.kernels import Hyper, parse_kernel
+from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
+
+__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "JitterWarning", "EXACT_MAX_ROWS"]
+
+
+def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.Tensor | None):
+    """The prior of one hyperparameter of ``kind`` (module docstring), scaled by the training data ``X`` (n, d),
+    ``y`` (n,)."""
+    one = X.new_ones(())
+    sd_y = y.std() if y is not None and len(y) > 1 and bool(y.std() > 0) else one
+    sd_x = X.std(0) if len(X) > 1 else X.new_ones(X.shape[-1])
+    sd_x = torch.where(sd_x > 0, sd_x, X.new_ones(()))
+    if kind == "noise":
+        return dist.HalfNormal(sd_y)
+    loc = {"lengthscale": sd_x.log() if per_input else 0.0 * one, "variance": 2.0 * sd_y.log(),
+           "offset": 2.0 * sd_y.log(), "period": sd_x.mean().log(), "alpha": 0.0 * one, "bias": 0.0 * one,
+           "weight": (X * X).mean(0).sqrt().clamp_min(1e-6).log()}[kind]
+    prior = dist.LogNormal(loc, one)
+    return prior.to_event(1) if per_input else prior
+
+
+def parse_fixed(text) -> dict:
+    """``"lengthscale=0.5, noise=0.1"`` (or a dict) -> ``{"lengthscale": 0.5, "noise": 0.1}``: each value a positive
+    finite number (a list ``[0.5, 2]`` or ``0.5;2`` for one per input)."""
+    if text is None or text == "":
+        return {}
+    items = text.items() if isinstance(text, dict) else (part.split("=", 1) for part in str(text).split(",") if part.strip())
+    out = {}
+    for item in items:
+        if len(item) != 2:
+            raise ValueError(f"fixed takes name=value pairs separated by commas, got {text!r}")
+        name, value = item[0].strip(), item[1]
+        values = [float(v) for v in str(value).strip("[]() ").replace(";", " ").replace(",", " ").split()] \
+            if isinstance(value, str) else [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        if not values or not all(math.isfinite(v) and v > 0 for v in values):
+            raise ValueError(f"the fixed hyperparameter {name!r} must be positive and finite, got {value!r}")
+        out[name] = values[0] if len(values) == 1 else values
+    return out
+
+
+def _hyperparameters(kernel, X, y, noise, fixed) -> dict:
+    """Every hyperparameter's value: fixed where given, else a sample site under its prior."""
+    names = [h.name for h in kernel.hypers] + ["noise"]
+    unknown = sorted(set(fixed) - set(names))
+    if unknown:
+        raise ValueError(f"fixed names {', '.join(map(repr, unknown))}, not hyperparameters of this kernel "
+                         f"({', '.join(names)})")
+    values = {}
+    for h in kernel.hypers + [Hyper("noise", "noise")]:
+        given = noise if h.name == "noise" and noise is not None else fixed.get(h.name)
+        if given is not None:
+            value = torch.as_tensor(given, dtype=X.dtype, device=X.device)
+            values[h.name] = value.expand(X.shape[-1:]) if h.per_input else value
+        else:
+            values[h.name] = pyro.sample(h.name, hyperparameter_prior(h.kind, h.per_input, X, y))
+    return values
+
+
+def _double(values: dict) -> dict:
+    return {k: v.double() for k, v in values.items()}
+
+
+def _rows_batch(values: dict, kernel) -> torch.Size:
+    """The hyperparameters' batch shape (one set per posterior draw when the predictive runs every draw at once)."""
+    per_input = {h.name for h in kernel.hypers if h.per_input}
+    return torch.broadcast_shapes(*[v.shape[:-1] if k in per_input else v.shape for k, v in values.items()])
+
+
+class JitterWarning(UserWarning):
+    """The kernel matrix needed jitter on its diagonal to factorise: the fit is of a slightly noisier model."""
+
+
+#: Jitter below this fraction of the kernel matrix's mean diagonal changes no answer a user reads: not said (a
+#: sampler's warm-up passes through noise variances of 1e-20, where float64 needs jitter of 1e-11).
+JITTER_SAID = 1e-6
+
+
+def _say_jitter(jitter: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor) -> None:
+    """Warn (once per run, as Python shows a warning) when more than :data:`JITTER_SAID` of the mean diagonal
+    ``scale`` was added to a finite kernel matrix."""
+    scale = scale.detach()[torch.isfinite(jitter)] if scale.dim() else scale.detach()
+    finite = jitter[torch.isfinite(jitter)]
+    if finite.numel() and bool((finite > JITTER_SAID * scale).any()):
+        warnings.warn(f"the kernel matrix needed jitter {float(finite.max()):.2g} on its diagonal to factorise "
+                      f"(noise variance {float(noise.detach().min()) ** 2:.2g}): the fit is of K + jitter I; fix a "
+                      f"larger noise (noise=...) or remove duplicate input rows to avoid it", JitterWarning,
+                      stacklevel=3)
+
+
+def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", noise: float | None = None,
+       mean: str = "constant", fixed=None, train: tuple | None = None):
+    """Gaussian process regression.  ``X``: (n, d); ``y``: (n,) or None; ``train``: the training rows ``(X, y)``
+    the predictive conditions on (None while fitting: then ``X``, ``y`` are the training rows).  Returns y (n,)."""
+    k = parse_kernel(kernel)
+    X_train, y_train = train if train is not None else (X, y)
+    values = _hyperparameters(k, X_train, y_train, noise, parse_fixed(fixed))
+    h = _double(values)
+    m = y_train.double().mean() if mean == "constant" and y_train is not None else X.new_zeros((), dtype=torch.float64)
+    Xt = X_train.double()
+    K = k.matrix(Xt, Xt, h) + h["noise"][..., None, None] ** 2 * torch.eye(len(Xt), dtype=torch.float64,
+                                                                          device=X.device)
+    L, jitter = stable_cholesky(K)
+    _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
+    if train is None:  # the training rows: their marginal likelihood
+        loc = m.expand(K.shape[:-1])
+        return pyro.sample("y", GaussianProcessMarginal(loc, L, X.dtype), obs=y)
+    batch = _rows_batch(values, k)
+    resid = y_train.double() - m
+    noise_var = h["noise"] ** 2
+    if y is not None and X.shape == X_train.shape and torch.equal(X, X_train):  # each training row from the others
+        mu, var = leave_one_out_moments(L, resid, m)
+        latent = (var - noise_var[..., None]).clamp_min(0.0)
+    else:
+        Xs = X.double()
+        mu, latent = predictive_moments(L, k.matrix(Xt, Xs, h), k.diagonal(Xs, h), resid, m)
+        var = latent + noise_var[..., None]
+    if len(batch) and batch[-1] == 1:  # draws laid left of the rows' plate: (draws, 1) -> (draws,) then the rows
+        mu, var, latent = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, var, latent))
+    with pyro.plate("data", X.shape[0]):
+        return pyro.sample("y", GaussianProcessPredictive(mu.to(X.dtype), var.sqrt().to(X.dtype), latent.to(X.dtype)),
+                           obs=y)
+
+
+def _kernel_name(text: str) -> str:
+    parse_kernel(text)  # a clear error for a kernel that does not exist, when the option is read
+    return text
+
+
+def _fixed_text(text: str) -> str:
+    parse_fixed(text)  # a clear error for a non-positive value, when the option is read
+    return text
+
+
+#: The most training rows the exact GP takes: its Cholesky factor costs n^3 / 3 per evaluation and n^2 memory
+#: (10,000 rows: 800 MB in float64 and about 4 s a factorisation on this machine's two cores).
+EXACT_MAX_ROWS = 10_000
+
+
+def check_rows(dataset) -> None:
+    """The data check: features as every regressor's, and no more rows than the exact GP takes."""
+    check_has_features(dataset)
+    if len(dataset.X) > EXACT_MAX_ROWS:
+        raise DataError(f"{dataset.name}: {len(dataset.X):,} rows; the exact Gaussian process takes at most "
+                        f"{EXACT_MAX_ROWS:,} (its cost grows as rows^3): fit a random subset of the rows (the sparse "
+                        f"variational GP for large data is not in the zoo yet)")
+
+
+def predictive_model(model, data: dict):
+    """What the draws predict through: the program conditioned on the training rows."""
+    return functools.partial(model, train=(data["X"], data["y"]))
+
+
+SPEC = register(
+    ModelSpec(
+        name="gp",
+        model=gp,
+        summary="Gaussian process regression (exact; kernels rbf, matern, rq, periodic, linear, arccos, arcsin, + and *)",
+        options={
+            "kernel": Option("rbf", "the covariance function: a kernel name, or names joined by + and * "
+                                    "(e.g. rbf*periodic+linear)", _kernel_name),
+            "noise": Option(None, "a fixed noise sd (the target's units); omit to infer it", float,
+                            domain=Domain(float, 0, open_low=True, finite=True)),
+            "mean": Option("constant", "the prior mean: the training targets' mean (constant) or zero",
+                           choice("mean", ("constant", "zero"))),
+            "fixed": Option(None, "fixed hyperparameters, name=value pairs (e.g. 'lengthscale=0.5,variance=2')",
+                            _fixed_text),
+        },
+        default_data="sine",
+        data=DataContract(check=check_rows),
+        inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"})),
+        hooks=PostFit(predictive_model=predictive_model),
+    )
+)
