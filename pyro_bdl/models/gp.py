@@ -31,8 +31,8 @@ whose rows do not factorise (Bürkner et al. 2021).
 Example
 -------
 >>> import torch, pyro_bdl
->>> X = torch.linspace(-1, 1, 20)[:, None]; y = torch.sin(3 * X[:, 0]) + 0.1 * torch.randn(20)
->>> fit = pyro_bdl.fit("gp", {"X": X, "y": y}, inference="map", steps=300, progress=False)
+>>> _ = torch.manual_seed(0); X = torch.linspace(-1, 1, 20)[:, None]; y = torch.sin(3 * X[:, 0]) + 0.1 * torch.randn(20)
+>>> fit = pyro_bdl.fit("gp", {"X": X, "y": y}, inference="map", steps=500, lr=0.05, progress=False)
 >>> table = fit.predict(torch.tensor([[0.0], [3.0]]))
 >>> bool(table["epistemic_sd"][1] > table["epistemic_sd"][0])   # far from the data: unsure of f
 True
