@@ -55,7 +55,7 @@ from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProce
 from pyro_bdl.nn.kernels import Hyper, parse_kernel
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
-__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "JitterWarning", "EXACT_MAX_ROWS"]
+__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "exact_log_evidence", "JitterWarning", "EXACT_MAX_ROWS"]
 
 
 def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.Tensor | None):
@@ -200,6 +200,22 @@ def check_rows(dataset) -> None:
                         f"variational GP for large data is not in the zoo yet)")
 
 
+def exact_log_evidence(X, y, kernel: str = "rbf", noise=None, mean: str = "constant", fixed=None) -> float:
+    """``log p(y | X)`` (natural log, float64) at fixed hyperparameters: the marginal likelihood.  With any of them
+    inferred the evidence integrates over them and has no closed form: a ``ValueError`` naming the free ones."""
+    k = parse_kernel(kernel)
+    given = set(parse_fixed(fixed)) | ({"noise"} if noise is not None else set())
+    free = [h.name for h in k.hypers if h.name not in given] + ([] if noise is not None else ["noise"])
+    if free:
+        raise ValueError(f"the gp evidence is closed-form only with every hyperparameter fixed; free here: "
+                         f"{', '.join(free)} (fix them with fixed=... and noise=..., or estimate the evidence with a "
+                         f"method that records one, e.g. laplace)")
+    with torch.no_grad():
+        trace = pyro.poutine.trace(gp).get_trace(X.double(), y.double(), kernel=kernel, noise=noise, mean=mean,
+                                                 fixed=fixed)
+    return float(trace.nodes["y"]["fn"].log_prob(y.double()))
+
+
 def predictive_model(model, data: dict):
     """What the draws predict through: the program conditioned on the training rows."""
     return functools.partial(model, train=(data["X"], data["y"]))
@@ -223,6 +239,6 @@ SPEC = register(
         default_data="sine",
         data=DataContract(check=check_rows),
         inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"})),
-        hooks=PostFit(predictive_model=predictive_model),
+        hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence),
     )
 )

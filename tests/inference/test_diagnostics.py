@@ -224,8 +224,8 @@ def test_unknown_settings_methods_and_guides_are_named():
         pyro_bdl.fit("coin", inference="nuts", guide="normal", progress=False)
     with pytest.raises(ValueError, match="unknown guide 'fancy'"):
         pyro_bdl.fit("coin", inference="svi", guide="fancy", progress=False, steps=5)
-    with pytest.raises(ValueError, match="unknown model 'gp'"):
-        pyro_bdl.fit("gp", inference="svi", progress=False)
+    with pytest.raises(ValueError, match="unknown model 'wishart-process'"):
+        pyro_bdl.fit("wishart-process", inference="svi", progress=False)
     with pytest.raises(ValueError, match="unknown option 'gamma'"):
         pyro_bdl.fit("coin", inference="map", options={"gamma": 1}, progress=False)
 

@@ -232,3 +232,16 @@ def test_a_fit_reloads_and_predicts_the_same(tmp_path):
     new = torch.linspace(-3, 3, 7)[:, None]
     np.testing.assert_allclose(again.predict(new).to_numpy(), fit.predict(new).to_numpy(), rtol=1e-5, atol=1e-6)
     pyro.clear_param_store()
+
+
+def test_the_exact_evidence_is_the_marginal_likelihood_at_fixed_hyperparameters():
+    """The evidence hook is scikit-learn's log marginal likelihood where every hyperparameter is fixed; with any
+    free it names them (a fit's evidence then comes from a method that integrates them, e.g. laplace)."""
+    X, y = _problem()
+    kernel, fixed, theirs = SAME_KERNELS[0]
+    reg = GaussianProcessRegressor(theirs, alpha=0.2 ** 2, optimizer=None).fit(X.numpy(), y.numpy())
+    hook = pyro_bdl.get_model("gp").hooks.exact_evidence
+    assert hook(X, y, kernel=kernel, noise=0.2, mean="zero", fixed=_fixed_text(fixed)) == pytest.approx(
+        reg.log_marginal_likelihood_value_, abs=1e-6)
+    with pytest.raises(ValueError, match="free here: lengthscale, noise"):
+        hook(X, y, fixed="variance=1.5")

@@ -195,7 +195,7 @@ def test_neither_a_method_estimate_nor_a_closed_form_is_a_clear_error():
     fit = pyro_bdl.fit("coin", "coin", "map", steps=300, progress=False)
     network = dataclasses.replace(fit, spec=pyro_bdl.get_model("bnn-regressor"), info=None)
     with pytest.raises(ValueError, match=r"model 'bnn-regressor' has no closed form \(the zoo models with one: "
-                                         r"blr, coin\).*laplace-ggn.*compare_loo"):
+                                         r"blr, coin, gp\).*laplace-ggn.*compare_loo"):
         pyro_bdl.evidence(network)
 
     def model(y=None):
