@@ -240,16 +240,14 @@ CASES = [
     ("toy_mixture", "nuts", NUTS, (slow,)),
     ("toy_mixture", "svi-runs", SVI, (slow,)),  # the unidentified ridge: a mean-field q sits somewhere along it
     ("toy_mixture", "map-refuses", MAP, (slow,)),
-    ("hmm", "nuts-runs", NUTS, (slow,)),  # no reference yet (WITHOUT_REFERENCE)
+    ("hmm", "nuts", NUTS, (slow,)),
     ("hmm", "svi-runs", SVI, (slow,)),
     ("hmm", "map-refuses", MAP, (slow,)),
 ]
 
 
 #: programs whose reference run is not stored yet, and why: their cases check that the fit runs, not its draws
-WITHOUT_REFERENCE = {"hmm": "Pyro's NUTS takes about 0.3 s an iteration on it even with its JIT (trees of ~30 steps "
-                            "through 30 enumerated time steps): 4 x 1500 iterations did not finish in the session "
-                            "that ported it (benchmarks/RESULTS.md, 'Ported programs against Pyro')"}
+WITHOUT_REFERENCE: dict[str, str] = {}
 
 
 def test_every_program_has_a_reference_and_cases():

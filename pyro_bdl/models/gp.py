@@ -154,7 +154,9 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
     Xt = X_train.double()
     K = k.matrix(Xt, Xt, h) + h["noise"][..., None, None] ** 2 * torch.eye(len(Xt), dtype=torch.float64,
                                                                           device=X.device)
-    L, jitter = stable_cholesky(K)
+    # while fitting, a point whose matrix cannot be factorised has no density (a sampler rejects it); predicting
+    # from the fitted values, it is an error that says what to change
+    L, jitter = stable_cholesky(K, strict=train is not None)
     _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
     if train is None:  # the training rows: their marginal likelihood
         loc = m.expand(K.shape[:-1])

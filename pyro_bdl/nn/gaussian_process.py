@@ -55,10 +55,13 @@ class SingularKernelError(ValueError):
     """The kernel matrix is not positive definite even with :data:`JITTER_MAX` of its diagonal added."""
 
 
-def stable_cholesky(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def stable_cholesky(K: torch.Tensor, strict: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The lower Cholesky factor of ``K`` (..., n, n) and the jitter added to each matrix of the batch (...): 0 where
     none was needed, else the least of ``JITTER_START * 10^k`` (times the mean diagonal) that made it factorise.  A
-    matrix with non-finite entries (hyperparameters that overflowed) gets a factor of NaNs, which a sampler rejects."""
+    matrix with non-finite entries (hyperparameters that overflowed) gets a factor of NaNs, which a sampler rejects.
+    One that fails beyond :data:`JITTER_MAX` is a :class:`SingularKernelError`, or with ``strict=False`` NaNs too
+    (a sampler's extreme point, e.g. a period so short that rounding breaks the kernel's symmetry: rejected there,
+    not the end of the run)."""
     L, info = torch.linalg.cholesky_ex(K)
     jitter = K.new_zeros(K.shape[:-2])
     if not bool((info > 0).any()):
@@ -66,7 +69,7 @@ def stable_cholesky(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     finite = torch.isfinite(K).flatten(-2).all(-1)
     if not bool(finite.all()):  # hyperparameters that overflowed (a sampler's divergent path): NaN, not an error,
         K = torch.where(finite[..., None, None], K, torch.eye(K.shape[-1], dtype=K.dtype, device=K.device))
-        L, jitter = stable_cholesky(K)  # so that a sampler rejects the point as it rejects any other
+        L, jitter = stable_cholesky(K, strict)  # so that a sampler rejects the point as it rejects any other
         nan = torch.full_like(L, math.nan)
         return torch.where(finite[..., None, None], L, nan), torch.where(finite, jitter, math.nan)
     scale = K.diagonal(dim1=-2, dim2=-1).mean(-1).detach().abs().clamp_min(1e-300)
@@ -81,6 +84,9 @@ def stable_cholesky(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not bool((info > 0).any()):
             return L, jitter
         fraction *= 10.0
+    if not strict:
+        failed = info > 0
+        return torch.where(failed[..., None, None], math.nan, L), torch.where(failed, math.nan, jitter)
     bad = K.diagonal(dim1=-2, dim2=-1).detach()
     raise SingularKernelError(
         f"the kernel matrix ({K.shape[-1]} x {K.shape[-1]}) is not positive definite even with {JITTER_MAX:g} of its "
