@@ -116,11 +116,16 @@ def _rq(X, Z, h):
     return (1.0 + _sq_dist(X, Z, h["lengthscale"]) / (2.0 * alpha)) ** -alpha
 
 
+#: How far inside [-1, 1] a cosine is kept for acos / asin, whose derivatives are infinite at the ends (the value
+#: moves by about 1e-12 relative there)
+_EDGE = 1e-12
+
+
 def _arccos(X, Z, h):
     xz = _inner(X, Z, h["weight"], h["bias"])
     xx, zz = _inner_diag(X, h["weight"], h["bias"]), _inner_diag(Z, h["weight"], h["bias"])
     norm = (xx[..., :, None] * zz[..., None, :]).sqrt()
-    cos = (xz / norm).clamp(-1.0, 1.0)
+    cos = (xz / norm).clamp(-1.0 + _EDGE, 1.0 - _EDGE)  # acos' is infinite at +-1 (every diagonal entry): a NaN gradient
     theta = torch.acos(cos)
     return norm * (torch.sin(theta) + (math.pi - theta) * cos) / math.pi
 
@@ -133,7 +138,7 @@ def _arcsin(X, Z, h):
     xz = _inner(X, Z, h["weight"], h["bias"])
     xx, zz = _inner_diag(X, h["weight"], h["bias"]), _inner_diag(Z, h["weight"], h["bias"])
     ratio = 2.0 * xz / ((1.0 + 2.0 * xx[..., :, None]) * (1.0 + 2.0 * zz[..., None, :])).sqrt()
-    return 2.0 / math.pi * torch.asin(ratio.clamp(-1.0, 1.0))
+    return 2.0 / math.pi * torch.asin(ratio.clamp(-1.0 + _EDGE, 1.0 - _EDGE))
 
 
 def _arcsin_diag(X, h):

@@ -161,16 +161,20 @@ def test_the_predictive_splits_function_and_noise_and_grows_away_from_the_data()
     assert float(table["epistemic_sd"][2]) == pytest.approx(math.sqrt(variance), rel=1e-2)  # far out: the prior's
 
 
-def test_kernels_are_positive_semi_definite_and_named():
+def test_kernels_are_positive_semi_definite_differentiable_and_named():
     X = torch.randn(15, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     for name in ("rbf", "matern12", "matern32", "matern52", "rq", "periodic", "linear", "arccos", "arcsin",
                  "rbf*periodic+linear", "matern52+rbf"):
         kernel = parse_kernel(name)
-        values = {h.name: torch.full((3,) if h.per_input else (), 0.8, dtype=torch.float64) for h in kernel.hypers}
+        values = {h.name: torch.full((3,) if h.per_input else (), 0.8, dtype=torch.float64, requires_grad=True)
+                  for h in kernel.hypers}
         Kx = kernel.matrix(X, X, values)
+        grads = torch.autograd.grad(Kx.sum(), list(values.values()))  # finite on the diagonal too (acos' is not)
+        assert all(bool(torch.isfinite(g).all()) for g in grads), name
+        Kx = Kx.detach()
         assert torch.allclose(Kx, Kx.T, atol=1e-12), name
         assert float(torch.linalg.eigvalsh(Kx).min()) > -1e-9 * float(Kx.diagonal().mean()), name
-        assert torch.allclose(kernel.diagonal(X, values), Kx.diagonal(), atol=1e-10), name
+        assert torch.allclose(kernel.diagonal(X, values).detach(), Kx.diagonal(), atol=1e-10), name
     assert [h.name for h in parse_kernel("rbf+rbf").hypers] == ["rbf.lengthscale", "rbf.variance",
                                                                  "rbf_2.lengthscale", "rbf_2.variance"]
 
