@@ -27,7 +27,7 @@ DOCUMENTED = [
     "pyro_bdl.models.adaptive_depth.networks", "pyro_bdl.models.adaptive_depth.decisions", "pyro_bdl.models.adaptive_depth.report", "pyro_bdl.models.adaptive_depth.plots",
     "pyro_bdl.posterior.amortised",
     "pyro_bdl.inference.marginal", "pyro_bdl.inference.enumeration", "pyro_bdl.data.arguments",
-    "pyro_bdl.inference.site_shapes", "pyro_bdl.posterior.prior_check", "pyro_bdl.inference.mode_check", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
+    "pyro_bdl.inference.site_shapes", "pyro_bdl.posterior.prior_check", "pyro_bdl.inference.mode_check", "pyro_bdl.inference.prior_draws", "pyro_bdl.data.images", "pyro_bdl.nn.image_networks",
     "pyro_bdl.data.task", "pyro_bdl.data.uci", "pyro_bdl.storage.paths", "pyro_bdl.storage.interrupts", "pyro_bdl.bench.gap",
     "pyro_bdl.models.last_layer.feature_training", "pyro_bdl.inference.method",
     "pyro_bdl.inference.parallel.threads", "pyro_bdl.inference.parallel.devices",

@@ -27,6 +27,8 @@ What they share:
 * ``diagnose``: each method family's check of its own fit: the loss, chain and importance-weight reports.
 * ``drift``: is the answer still moving when an optimisation run ends.
 * ``mode_check``: does a point fit's density have a mode, or run to an edge of a support.
+* ``prior_draws``: draws of the latent sites' priors for the checks against the prior, the program run twice
+  where no prior depends on another latent.
 * ``guides``: guides (variational families) and the prior-dropping handler of MLE.
 * ``starts``: where optimisation and the structural run start a user's program: the centre its priors name.
 * ``symmetry``: point starts that are not a network's symmetric saddle.

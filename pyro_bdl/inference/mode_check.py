@@ -44,6 +44,7 @@ import torch
 from pyro import poutine
 from torch.distributions import biject_to, constraints
 
+from pyro_bdl.inference.prior_draws import prior_draws
 from pyro_bdl.storage.checkpoint import kept_rng
 
 __all__ = ["running_to_an_edge", "EDGE_FRACTION", "NEAR_FRACTION", "PROBE"]
@@ -84,18 +85,18 @@ def running_to_an_edge(model, data: dict, samples: dict, objective=None, draws: 
     with the density still rising towards it: ``[(site, edge), ...]``, the edge a bound or +/-inf.  ``objective``:
     the model whose log density the fit maximised (default ``model``); the prior is drawn from ``model``, ``draws``
     times, leaving the random streams as they were."""
+    first, drawn = prior_draws(model, data, draws)
     with kept_rng():
-        traces = [poutine.trace(model).get_trace(**data) for _ in range(draws)]
-        latent = {name for name, node in traces[0].nodes.items() if node["type"] == "sample" and not node["is_observed"]}
+        latent = set(drawn)
         # the latent sites only: a pyro.deterministic site is observed in the trace, and conditioning on it would
         # hold it at its value while the sites it is computed from move
         values = {site: value.reshape(value.shape[2:]) for site, value in samples.items() if site in latent}
         found = []
         for site, point in values.items():
-            node = traces[0].nodes[site]
+            node = first.nodes[site]
             if not point.is_floating_point():
                 continue
-            prior = torch.stack([t.nodes[site]["value"].reshape(-1) for t in traces]).double().to(point.device)
+            prior = drawn[site].reshape(draws, -1).double().to(point.device)
             support = node["fn"].support
             flat, near = point.double().reshape(-1), None
             edge = _edge(support, flat, prior, EDGE_FRACTION)
@@ -104,7 +105,7 @@ def running_to_an_edge(model, data: dict, samples: dict, objective=None, draws: 
             if edge is None:
                 continue
             the_model = objective or model
-            supports = {name: traces[0].nodes[name]["fn"].support for name in values}
+            supports = {name: first.nodes[name]["fn"].support for name in values}
             held = _others_at_their_best(the_model, data, values, site, supports)
             if not _rises(the_model, data, held, site, support, edge):
                 continue

@@ -24,9 +24,8 @@ Example
 from __future__ import annotations
 
 import torch
-from pyro import poutine
 
-from pyro_bdl.storage.checkpoint import kept_rng
+from pyro_bdl.inference.prior_draws import prior_draws
 
 __all__ = ["prior_posterior_conflict", "CONFLICT_Z"]
 
@@ -40,16 +39,15 @@ CONFLICT_Z = 4.0
 def prior_posterior_conflict(model, data: dict, samples: dict, draws: int = 200) -> list[dict]:
     """The latent entries whose posterior mean lies far out in their prior: one dict per site with any,
     ``{"site", "index" (the flat index of its farthest entry), "posterior_mean", "prior_median", "prior_sd", "z"}``.
-    ``samples``: site -> (chains, draws, *shape).  Draws the prior ``draws`` times, leaving the random streams as
-    they were."""
-    with kept_rng():
-        traces = [poutine.trace(model).get_trace(**data) for _ in range(draws)]
+    ``samples``: site -> (chains, draws, *shape).  Draws the prior ``draws`` times
+    (:func:`~pyro_bdl.inference.prior_draws.prior_draws`), leaving the random streams as they were."""
+    first, drawn = prior_draws(model, data, draws)
     conflicts = []
     for site, value in samples.items():
-        node = traces[0].nodes.get(site)
+        node = first.nodes.get(site)
         if node is None or node["type"] != "sample" or node["is_observed"] or not value.is_floating_point():
             continue
-        prior = torch.stack([t.nodes[site]["value"].double().reshape(-1) for t in traces])  # (draws, entries)
+        prior = drawn[site].double().reshape(draws, -1)  # (draws, entries)
         posterior = value.double().reshape(value.shape[0] * value.shape[1], -1).mean(0).to(prior.device)
         if prior.shape[1] != posterior.shape[0]:
             continue

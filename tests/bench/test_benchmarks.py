@@ -478,6 +478,13 @@ def test_pyro_autodelta_reference_writes_its_accuracies(tmp_path):
 
 
 @pytest.mark.slow
+def test_gp_speed_prints_a_row_per_size(tmp_path):
+    """A smoke run at 60 rows: the table's row (GPyTorch's columns say "not installed" where it is absent)."""
+    out = run_script("benchmarks/gp_speed.py", "--rows", "60", "--short", "2", "--long", "3", cwd=tmp_path)
+    assert "| 60 |" in out, out
+
+
+@pytest.mark.slow
 def test_markov_nuts_speed_prints_a_row_and_the_path(tmp_path):
     out = run_script("benchmarks/markov_nuts_speed.py", "--quick", "--programs", "toy_mixture", cwd=tmp_path)
     assert "| toy_mixture |" in out and "toy_mixture: the zoo's sampler ran" in out, out
