@@ -156,11 +156,14 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
                                                                           device=X.device)
     # while fitting, a point whose matrix cannot be factorised has no density (a sampler rejects it); predicting
     # from the fitted values, it is an error that says what to change
-    L, jitter = stable_cholesky(K, strict=train is not None)
+    if train is None:  # the training rows: their marginal likelihood, its gradient in closed form
+        with torch.no_grad():
+            L, jitter = stable_cholesky(K, strict=False)
+        _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
+        K = K + jitter[..., None, None] * torch.eye(len(Xt), dtype=torch.float64, device=X.device)
+        return pyro.sample("y", GaussianProcessMarginal(m.expand(K.shape[:-1]), L, X.dtype, covariance=K), obs=y)
+    L, jitter = stable_cholesky(K)
     _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
-    if train is None:  # the training rows: their marginal likelihood
-        loc = m.expand(K.shape[:-1])
-        return pyro.sample("y", GaussianProcessMarginal(loc, L, X.dtype), obs=y)
     batch = _rows_batch(values, k)
     resid = y_train.double() - m
     noise_var = h["noise"] ** 2

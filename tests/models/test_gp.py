@@ -249,3 +249,29 @@ def test_the_exact_evidence_is_the_marginal_likelihood_at_fixed_hyperparameters(
         reg.log_marginal_likelihood_value_, abs=1e-6)
     with pytest.raises(ValueError, match="free here: lengthscale, noise"):
         hook(X, y, fixed="variance=1.5")
+
+
+def test_the_closed_form_gradient_and_its_derivative_are_autograds():
+    """GaussianLogLikelihood's gradient (1/2 (alpha alpha^T - K^-1)) and, differentiated again, the Hessian a
+    Laplace approximation takes, equal autograd's through the Cholesky factor, with respect to the hyperparameters."""
+    from pyro_bdl.nn.gaussian_process import GaussianProcessMarginal
+
+    X, y = _problem(n=15)
+    kernel = parse_kernel("rbf")
+    eye = torch.eye(len(y), dtype=torch.float64)
+
+    def log_lik(theta, closed_form):
+        values = {"lengthscale": theta[:2].exp(), "variance": theta[2].exp()}
+        K = kernel.matrix(X, X, values) + theta[3].exp() ** 2 * eye
+        L = torch.linalg.cholesky(K.detach() if closed_form else K)
+        marginal = GaussianProcessMarginal(torch.zeros_like(y), L, torch.float64, covariance=K if closed_form else None)
+        return marginal.log_prob(y)
+
+    theta = torch.tensor([-0.3, 0.2, 0.4, -1.5], dtype=torch.float64)
+    for f in (lambda t: log_lik(t, True), lambda t: log_lik(t, False)):
+        assert torch.isfinite(f(theta))
+    torch.testing.assert_close(log_lik(theta, True), log_lik(theta, False), rtol=1e-10, atol=1e-10)
+    grads = [torch.autograd.functional.jacobian(lambda t: log_lik(t, c), theta) for c in (True, False)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-8, atol=1e-10)
+    hessians = [torch.autograd.functional.hessian(lambda t: log_lik(t, c), theta) for c in (True, False)]
+    torch.testing.assert_close(hessians[0], hessians[1], rtol=1e-7, atol=1e-9)
