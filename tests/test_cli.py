@@ -118,6 +118,23 @@ def test_fit_coin_writes_method_specific_files(method, plot, tmp_path, capsys):
     assert len(pred) == 2 and np.allclose(pred["mean"], pred["mean"][0])  # the same coin for every row
 
 
+def test_a_gp_fits_from_a_file_and_predicts_new_rows(tmp_path):
+    """The exact GP through the CLI as a user runs it: a CSV of their own, map, then predict on new rows, the
+    epistemic sd larger far from the data than inside it."""
+    x = np.linspace(-1.0, 1.0, 25)
+    y = np.sin(3.0 * x) + 0.1 * np.random.default_rng(0).standard_normal(25)
+    pd.DataFrame({"x": x, "y": y}).to_csv(tmp_path / "train.csv", index=False)
+    out = tmp_path / "gp"
+    assert main(["fit", "gp", "--data", str(tmp_path / "train.csv"), "--target", "y", "--inference", "map",
+                 "--steps", "500", "--lr", "0.05", "--option", "kernel=matern52", "--out", str(out), "--no-progress",
+                 "--no-plots"]) == 0
+    pd.DataFrame({"x": [0.0, 3.0]}).to_csv(tmp_path / "new.csv", index=False)
+    assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert pred["epistemic_sd"][1] > 3 * pred["epistemic_sd"][0]
+    assert abs(pred["mean"][0] - np.sin(0.0)) < 4 * pred["sd"][0]
+
+
 @pytest.mark.slow
 def test_load_fit_round_trip(tmp_path):
     result = pyro_bdl.fit("blr", inference="map", progress=False, steps=1500)
@@ -154,6 +171,10 @@ BAD_INPUTS = {
                               "--set takes KEY=VALUE, got 'steps'"),
     "option without key": (["fit", "blr", "--target", "y", "--option", "=2"], "x,y\n1,2\n",
                            "--option takes KEY=VALUE, got '=2'"),
+    "unknown kernel": (["fit", "gp", "--target", "y", "--option", "kernel=rbf+squiggle"], "x,y\n1,2\n",
+                       "unknown kernel 'squiggle'"),
+    "non-positive fixed hyperparameter": (["fit", "gp", "--target", "y", "--option", "fixed=lengthscale=0"],
+                                          "x,y\n1,2\n", "'lengthscale' must be positive and finite"),
 }
 
 

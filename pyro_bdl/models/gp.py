@@ -126,7 +126,7 @@ class JitterWarning(UserWarning):
 
 
 #: Jitter below this fraction of the kernel matrix's mean diagonal changes no answer a user reads: not said (a
-#: sampler's warm-up passes through noise variances of 1e-20, where float64 needs jitter of 1e-11).
+#: sampler's warm-up passes through vanishing noise variances, where float64 needs a little jitter).
 JITTER_SAID = 1e-6
 
 
@@ -161,7 +161,7 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
             L, jitter = stable_cholesky(K, strict=False)
         _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
         K = K + jitter[..., None, None] * torch.eye(len(Xt), dtype=torch.float64, device=X.device)
-        return pyro.sample("y", GaussianProcessMarginal(m.expand(K.shape[:-1]), L, X.dtype, covariance=K), obs=y)
+        return pyro.sample("y", GaussianProcessMarginal(m.expand(K.shape[:-1]), K, L, X.dtype), obs=y)
     L, jitter = stable_cholesky(K)
     _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
     batch = _rows_batch(values, k)
@@ -192,7 +192,7 @@ def _fixed_text(text: str) -> str:
 
 
 #: The most training rows the exact GP takes: its Cholesky factor costs n^3 / 3 per evaluation and n^2 memory
-#: (10,000 rows: 800 MB in float64 and about 4 s a factorisation on this machine's two cores).
+#: (10,000 rows: 800 MB a matrix in float64); seconds per step: benchmarks/RESULTS.md, "Gaussian processes".
 EXACT_MAX_ROWS = 10_000
 
 

@@ -18,17 +18,19 @@ PSIS-LOO takes for a model whose rows do not factorise), :math:`y_i \mid y_{-i} 
 Everything is computed in float64 (the kernel matrix's condition number is often beyond float32's reach) and
 returned in the data's dtype.  Jitter: where the factorisation fails, :data:`JITTER_START` times the matrix's mean
 diagonal is added to it, ten times more at each failure up to :data:`JITTER_MAX`; beyond that
-:class:`SingularKernelError` says what to change.
+:class:`SingularKernelError` says what to change (or, for a sampler's point, the factor is NaN: the point is
+rejected).
 
 Example
 -------
 >>> import torch
 >>> X = torch.linspace(0, 1, 5)[:, None].double(); y = torch.sin(6 * X[:, 0])
 >>> K = torch.exp(-0.5 * (X - X.T) ** 2 / 0.3 ** 2)
->>> L, jitter = stable_cholesky(K + 0.01 * torch.eye(5, dtype=torch.float64))
+>>> K = K + 0.01 * torch.eye(5, dtype=torch.float64)
+>>> L, jitter = stable_cholesky(K)
 >>> float(jitter)
 0.0
->>> marginal = GaussianProcessMarginal(torch.zeros(5, dtype=torch.float64), L, torch.float64)
+>>> marginal = GaussianProcessMarginal(torch.zeros(5, dtype=torch.float64), K, L, torch.float64)
 >>> round(float(marginal.log_prob(y)), 4) == round(float(torch.distributions.MultivariateNormal(
 ...     torch.zeros(5, dtype=torch.float64), scale_tril=L).log_prob(y)), 4)
 True
@@ -98,33 +100,29 @@ def stable_cholesky(K: torch.Tensor, strict: bool = True) -> tuple[torch.Tensor,
 
 
 class GaussianProcessMarginal(dist.TorchDistribution):
-    """The training rows' marginal likelihood, :math:`y \\sim \\mathcal N(m, L L^\\top)`: ``loc`` (..., n) and
-    ``scale_tril`` (..., n, n) in float64, ``dtype`` the data's (what :meth:`log_prob` and :meth:`sample` return)."""
+    """The training rows' marginal likelihood, :math:`y \\sim \\mathcal N(m, K)`: ``loc`` (..., n), ``covariance``
+    :math:`K` (..., n, n) and its factor ``scale_tril`` :math:`L` in float64 (:func:`stable_cholesky`, jitter
+    included in both), ``dtype`` the data's (what :meth:`log_prob` and :meth:`sample` return).  Its log density's
+    gradient is :class:`GaussianLogLikelihood`'s."""
 
     arg_constraints = {"loc": constraints.real_vector, "scale_tril": constraints.lower_cholesky}
     support = constraints.real_vector
     has_rsample = True
 
-    def __init__(self, loc: torch.Tensor, scale_tril: torch.Tensor, dtype: torch.dtype, covariance=None,
+    def __init__(self, loc: torch.Tensor, covariance: torch.Tensor, scale_tril: torch.Tensor, dtype: torch.dtype,
                  validate_args=None):
-        self.loc, self.scale_tril, self.out_dtype, self.covariance = loc, scale_tril, dtype, covariance
+        self.loc, self.covariance, self.scale_tril, self.out_dtype = loc, covariance, scale_tril, dtype
         super().__init__(loc.shape[:-1], loc.shape[-1:], validate_args=False)
 
     def expand(self, batch_shape, _instance=None):
         batch_shape = torch.Size(batch_shape)
-        covariance = None if self.covariance is None else self.covariance.expand(batch_shape + self.event_shape * 2)
         return GaussianProcessMarginal(self.loc.expand(batch_shape + self.event_shape),
-                                       self.scale_tril.expand(batch_shape + self.event_shape * 2), self.out_dtype,
-                                       covariance)
+                                       self.covariance.expand(batch_shape + self.event_shape * 2),
+                                       self.scale_tril.expand(batch_shape + self.event_shape * 2), self.out_dtype)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         diff = value.to(self.loc.dtype) - self.loc
-        if self.covariance is not None:  # the gradient in closed form (GaussianLogLikelihood)
-            return GaussianLogLikelihood.apply(self.covariance, self.scale_tril, diff).to(self.out_dtype)
-        alpha = torch.linalg.solve_triangular(self.scale_tril, diff.unsqueeze(-1), upper=False).squeeze(-1)
-        half_log_det = self.scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-        n = self.loc.shape[-1]
-        return (-0.5 * (alpha * alpha).sum(-1) - half_log_det - 0.5 * n * math.log(2 * math.pi)).to(self.out_dtype)
+        return GaussianLogLikelihood.apply(self.covariance, self.scale_tril, diff).to(self.out_dtype)
 
     def rsample(self, sample_shape=torch.Size()) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
@@ -141,12 +139,12 @@ class GaussianProcessMarginal(dist.TorchDistribution):
 
 
 class GaussianLogLikelihood(torch.autograd.Function):
-    """:math:`\log \mathcal N(r; 0, K)` from ``K`` (..., n, n), its factor ``L`` (computed without a graph: its
+    r""":math:`\log \mathcal N(r; 0, K)` from ``K`` (..., n, n), its factor ``L`` (computed without a graph: its
     own backward is not needed) and ``r`` (..., n), with the gradient in closed form, :math:`\partial/\partial K =
     \tfrac12(\alpha\alpha^\top - K^{-1})`, :math:`\partial/\partial r = -\alpha`: one ``cholesky_inverse``
-    instead of autograd's way back through the factorisation (about half the time of a step:
-    benchmarks/RESULTS.md, "Gaussian processes").  Differentiated twice (a Laplace approximation's Hessian) it
-    differentiates its gradient, computed again from ``K`` by differentiable operations."""
+    instead of autograd's way back through the factorisation (timed: benchmarks/RESULTS.md, "Gaussian processes").
+    Differentiated twice (a Laplace approximation's Hessian) it differentiates its gradient, computed again from
+    ``K`` by differentiable operations."""
 
     @staticmethod
     def forward(ctx, K, L, r):
