@@ -143,6 +143,8 @@ def _check_data(spec, method, prepared: PreparedModel, resolved: dict) -> list[s
     if spec is not None and spec.data.target is not None and prepared.dataset is not None and prepared.dataset.y is None:
         raise DataError(f"{prepared.dataset.name}: no target to fit on (model '{spec.name}' is supervised)")
     _check_minibatch(resolved, prepared.model, prepared.dataset, spec.name if spec is not None else None)
+    if spec is not None and spec.data.check_method is not None and prepared.dataset is not None:
+        spec.data.check_method(prepared.dataset, prepared.options, method, resolved)
     nan_check_kwargs(prepared.kwargs)
     _check_traits(spec, method, prepared.sites)
     return _checked_sites(prepared.sites, method)

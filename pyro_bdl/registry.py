@@ -93,6 +93,9 @@ class DataContract:
     check : raises :class:`~pyro_bdl.data.table.DataError` for data the model cannot take.
     infer_options : ``(dataset) -> {option: value}`` for options left at None that the training data decide (the
         number of classes).
+    check_method : ``(dataset, options, method, settings) -> None``, raises for data the model cannot take with this
+        :class:`~pyro_bdl.inference.method.Method` (judged by its family, never its name), its resolved options and
+        settings: a Gaussian process's sampler on more rows than it can afford.
     """
 
     features: str | None = "X"
@@ -104,6 +107,7 @@ class DataContract:
     missing_target: float | None = None
     check: Callable | None = None
     infer_options: Callable | None = None
+    check_method: Callable | None = None
 
 
 @dataclass(frozen=True)

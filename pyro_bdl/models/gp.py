@@ -22,6 +22,15 @@ standardised units; every value is reported in the data's units):
 :math:`\ell_d` at the inputs' root mean square).  Every hyperparameter can be fixed (``fixed="lengthscale=0.5,
 noise=0.1"``, ``noise=0.1``).
 
+**Large data** (``approximation``; chosen by the number of rows when not named, with a message saying so): M
+``inducing`` inputs :math:`Z` (learned by the optimisation-based methods, started at k-means centres) and the
+whitened inducing values :math:`v = L_z^{-1} f(Z) \sim \mathcal N(0, I)`, :math:`f_i \mid v \sim \mathcal
+N(a_i^\top v, g_i)` (:mod:`pyro_bdl.nn.sparse_gp`).  ``collapsed`` (Titsias 2009) replaces the marginal likelihood
+by :math:`\log\mathcal N(y; m, A^\top A + \sigma^2 I) - \sum_i g_i / 2\sigma^2` (every row at every step);
+``svgp`` (Hensman et al. 2013) keeps :math:`v` as a latent site, the guide's :math:`q(v)` its posterior, and each
+row enters through :math:`\mathbb E_{f_i \mid v} \log \mathcal N(y_i; f_i, \sigma^2) = \log\mathcal N(y_i;
+a_i^\top v, \sigma^2) - g_i / 2\sigma^2`, in minibatches (``batch_size``).
+
 The predictive at new rows conditions on the training rows (:mod:`pyro_bdl.nn.gaussian_process`):
 :math:`f_* \mid y \sim \mathcal N(m + k_*^\top K^{-1}(y - m),\ k_{**} - k_*^\top K^{-1} k_*)`, the first part of
 its variance epistemic, :math:`\sigma^2` aleatoric; at the training rows themselves it is each row's leave-one-out
@@ -50,12 +59,20 @@ import torch
 
 from pyro_bdl.data.table import DataError, check_has_features
 from pyro_bdl.inference import Domain
+from pyro_bdl.inference.method import Family
 from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive, leave_one_out_moments,
                                           predictive_moments, stable_cholesky)
 from pyro_bdl.nn.kernels import Hyper, parse_kernel
+from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collapsed_predictive_moments,
+                                   inducing_start, whitened_projection)
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
-__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "exact_log_evidence", "JitterWarning", "EXACT_MAX_ROWS"]
+__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "exact_log_evidence", "JitterWarning", "ApproximationNote",
+           "EXACT_MAX_ROWS", "SAMPLER_MAX_ROWS", "AUTO_EXACT_ROWS", "AUTO_COLLAPSED_ROWS", "INDUCING_POINTS"]
+
+#: The sparse approximations' default number of inducing points (Salimbeni & Deisenroth 2017 fit their UCI sparse
+#: GPs with 100; their cost grows as M^2 per row).
+INDUCING_POINTS = 100
 
 
 def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.Tensor | None):
@@ -143,17 +160,51 @@ def _say_jitter(jitter: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor) 
 
 
 def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", noise: float | None = None,
-       mean: str = "constant", fixed=None, train: tuple | None = None):
+       mean: str = "constant", fixed=None, approximation: str = "exact", inducing: int = INDUCING_POINTS,
+       batch_size: int | None = None, train: tuple | None = None):
     """Gaussian process regression.  ``X``: (n, d); ``y``: (n,) or None; ``train``: the training rows ``(X, y)``
-    the predictive conditions on (None while fitting: then ``X``, ``y`` are the training rows).  Returns y (n,)."""
+    the predictive conditions on (None while fitting: then ``X``, ``y`` are the training rows); ``approximation``:
+    ``exact``, ``collapsed`` or ``svgp`` with ``inducing`` points (``batch_size``: the svgp's minibatch).  Returns y
+    (n,) (or the minibatch's)."""
     k = parse_kernel(kernel)
     X_train, y_train = train if train is not None else (X, y)
     values = _hyperparameters(k, X_train, y_train, noise, parse_fixed(fixed))
     h = _double(values)
     m = y_train.double().mean() if mean == "constant" and y_train is not None else X.new_zeros((), dtype=torch.float64)
+    if approximation not in APPROXIMATIONS:
+        raise ValueError(f"unknown approximation {approximation!r}; choose one of: {', '.join(APPROXIMATIONS)}")
+    if approximation == "exact":
+        return _exact(k, h, values, m, X, y, train)
+    if batch_size is not None and approximation != "svgp":
+        raise ValueError(f"batch_size (minibatches) needs approximation='svgp': the {approximation} GP uses every "
+                         f"row at every step")
+    # the inducing inputs, learned by the optimisation-based methods (a sampler holds them at their start)
+    Z = pyro.param("inducing_inputs", lambda: inducing_start(X_train, int(inducing)))
+    if approximation == "collapsed":
+        return _collapsed(k, h, values, m, X, y, Z.double(), train)
+    return _svgp(k, h, values, m, X, y, Z.double(), batch_size, train)
+
+
+def _noisy_matrix(k, h, Xt):
+    return k.matrix(Xt, Xt, h) + h["noise"][..., None, None] ** 2 * torch.eye(len(Xt), dtype=torch.float64,
+                                                                             device=Xt.device)
+
+
+def _predictive_site(X, y, mu, latent, noise_var, batch):
+    """The rows' predictive ``y ~ N(mu, latent + sigma^2)``, ``latent`` its epistemic part."""
+    var = latent + noise_var[..., None]
+    if len(batch) and batch[-1] == 1:  # draws laid left of the rows' plate: (draws, 1) -> (draws,) then the rows
+        mu, var, latent = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, var, latent))
+    with pyro.plate("data", X.shape[0]):
+        return pyro.sample("y", GaussianProcessPredictive(mu.to(X.dtype), var.sqrt().to(X.dtype), latent.to(X.dtype)),
+                           obs=y)
+
+
+def _exact(k, h, values, m, X, y, train):
+    """y ~ N(m, K + sigma^2 I) on the training rows; the exact predictive (LOO at the training rows) else."""
+    X_train, y_train = train if train is not None else (X, y)
     Xt = X_train.double()
-    K = k.matrix(Xt, Xt, h) + h["noise"][..., None, None] ** 2 * torch.eye(len(Xt), dtype=torch.float64,
-                                                                          device=X.device)
+    K = _noisy_matrix(k, h, Xt)
     # while fitting, a point whose matrix cannot be factorised has no density (a sampler rejects it); predicting
     # from the fitted values, it is an error that says what to change
     if train is None:  # the training rows: their marginal likelihood, its gradient in closed form
@@ -164,7 +215,6 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
         return pyro.sample("y", GaussianProcessMarginal(m.expand(K.shape[:-1]), K, L, X.dtype), obs=y)
     L, jitter = stable_cholesky(K)
     _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
-    batch = _rows_batch(values, k)
     resid = y_train.double() - m
     noise_var = h["noise"] ** 2
     if y is not None and X.shape == X_train.shape and torch.equal(X, X_train):  # each training row from the others
@@ -173,12 +223,42 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
     else:
         Xs = X.double()
         mu, latent = predictive_moments(L, k.matrix(Xt, Xs, h), k.diagonal(Xs, h), resid, m)
-        var = latent + noise_var[..., None]
-    if len(batch) and batch[-1] == 1:  # draws laid left of the rows' plate: (draws, 1) -> (draws,) then the rows
-        mu, var, latent = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, var, latent))
-    with pyro.plate("data", X.shape[0]):
-        return pyro.sample("y", GaussianProcessPredictive(mu.to(X.dtype), var.sqrt().to(X.dtype), latent.to(X.dtype)),
-                           obs=y)
+    return _predictive_site(X, y, mu, latent, noise_var, _rows_batch(values, k))
+
+
+def _collapsed(k, h, values, m, X, y, Z, train):
+    """Titsias's collapsed bound on the training rows; its optimal predictive (at the training rows too) else."""
+    X_train, y_train = train if train is not None else (X, y)
+    Xt, noise_var = X_train.double(), h["noise"] ** 2
+    K_zz = k.matrix(Z, Z, h)
+    A, gap = whitened_projection(K_zz, k.matrix(Z, Xt, h), k.diagonal(Xt, h))
+    if train is None:
+        return pyro.sample("y", CollapsedBound(m.expand(gap.shape), A, gap, noise_var, X.dtype), obs=y)
+    Xs = X.double()
+    A_star, _ = whitened_projection(K_zz, k.matrix(Z, Xs, h), k.diagonal(Xs, h))
+    mu, latent = collapsed_predictive_moments(A, noise_var, y_train.double() - m, A_star, k.diagonal(Xs, h), m)
+    return _predictive_site(X, y, mu, latent, noise_var, _rows_batch(values, k))
+
+
+def _svgp(k, h, values, m, X, y, Z, batch_size, train):
+    """v ~ N(0, I) the whitened inducing values; each row's f_i | v ~ N(a_i^T v, g_i); while fitting, y_i enters
+    through E[log p(y_i | f_i)] (Hensman et al. 2013), on a minibatch of ``batch_size`` rows scaled to them all."""
+    v = pyro.sample("inducing_values", dist.Normal(X.new_zeros(()), 1.0).expand([len(Z)]).to_event(1)).double()
+    K_zz = k.matrix(Z, Z, h)
+    batch = torch.broadcast_shapes(_rows_batch(values, k), v.shape[:-1])
+    if train is not None:  # the predictive at any rows: f_i | v, then the noise
+        Xs = X.double()
+        A, gap = whitened_projection(K_zz, k.matrix(Z, Xs, h), k.diagonal(Xs, h))
+        mu = m + (A * v.unsqueeze(-1)).sum(-2)
+        return _predictive_site(X, y, mu, gap, h["noise"] ** 2, batch)
+    with pyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
+        Xb = X[idx].double()
+        A, gap = whitened_projection(K_zz, k.matrix(Z, Xb, h), k.diagonal(Xb, h))
+        mu = m + (A * v.unsqueeze(-1)).sum(-2)
+        if len(batch) and batch[-1] == 1:  # vectorised particles: (particles, 1, B) -> (particles, B)
+            mu, gap = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, gap))
+        return pyro.sample("y", ExpectedLogLikelihood("normal", mu, gap, h["noise"], X.dtype),
+                           obs=None if y is None else y[idx])
 
 
 def _kernel_name(text: str) -> str:
@@ -194,19 +274,56 @@ def _fixed_text(text: str) -> str:
 #: The most training rows the exact GP takes: its Cholesky factor costs n^3 / 3 per evaluation and n^2 memory
 #: (10,000 rows: 800 MB a matrix in float64); seconds per step: benchmarks/RESULTS.md, "Gaussian processes".
 EXACT_MAX_ROWS = 10_000
+#: The most rows a sampler (nuts, hmc) takes: it evaluates the marginal likelihood or bound on every row at each of
+#: its tens of thousands of leapfrog steps.
+SAMPLER_MAX_ROWS = 10_000
+#: The approximation a fit uses when none is named, by the number of training rows: exact up to
+#: ``AUTO_EXACT_ROWS``, the collapsed bound (every row at every step, O(n M^2)) up to ``AUTO_COLLAPSED_ROWS``, the
+#: svgp (minibatches) beyond; the timings behind them: benchmarks/RESULTS.md, "Gaussian processes".
+AUTO_EXACT_ROWS = 2_000
+AUTO_COLLAPSED_ROWS = 50_000
+APPROXIMATIONS = ("exact", "collapsed", "svgp")
 
 
-def check_rows(dataset) -> None:
-    """The data check: features as every regressor's, and no more rows than the exact GP takes."""
-    check_has_features(dataset)
-    if len(dataset.X) > EXACT_MAX_ROWS:
-        raise DataError(f"{dataset.name}: {len(dataset.X):,} rows; the exact Gaussian process takes at most "
-                        f"{EXACT_MAX_ROWS:,} (its cost grows as rows^3): fit a random subset of the rows (the sparse "
-                        f"variational GP for large data is not in the zoo yet)")
+class ApproximationNote(UserWarning):
+    """The fit uses a sparse approximation chosen by the number of rows (say ``approximation=...`` to choose)."""
 
 
-def exact_log_evidence(X, y, kernel: str = "rbf", noise=None, mean: str = "constant", fixed=None) -> float:
-    """``log p(y | X)`` (natural log, float64) at fixed hyperparameters: the marginal likelihood.  With any of them
+def choose_approximation(dataset) -> dict:
+    """The ``approximation`` for a fit that names none, by the training rows' number, said when it is not exact."""
+    n = len(dataset.X)
+    if n <= AUTO_EXACT_ROWS:
+        return {"approximation": "exact"}
+    chosen = "collapsed" if n <= AUTO_COLLAPSED_ROWS else "svgp"
+    how = ("the collapsed bound of Titsias (2009), every row at every step" if chosen == "collapsed" else
+           "the sparse variational GP of Hensman et al. (2013), in minibatches (batch_size=...)")
+    warnings.warn(f"{dataset.name}: {n:,} rows, more than the exact GP's {AUTO_EXACT_ROWS:,} by default (its cost grows "
+                  f"as rows^3): fitting {how}, with the inducing option's points (approximation=exact, collapsed or "
+                  f"svgp chooses)", ApproximationNote, stacklevel=2)
+    return {"approximation": chosen}
+
+
+def check_method(dataset, options: dict, method, settings: dict) -> None:
+    """Refuse, before anything runs, the rows the chosen approximation or method cannot afford, and minibatches
+    for an approximation that uses every row."""
+    n, approximation = len(dataset.X), options.get("approximation")
+    if approximation == "exact" and n > EXACT_MAX_ROWS:
+        raise DataError(f"{dataset.name}: {n:,} rows; the exact Gaussian process takes at most {EXACT_MAX_ROWS:,} (its "
+                        f"cost grows as rows^3): use approximation=collapsed or approximation=svgp (inducing points), "
+                        f"or fit a random subset of the rows")
+    if method.family is Family.MCMC and n > SAMPLER_MAX_ROWS:
+        raise DataError(f"{dataset.name}: {n:,} rows; '{method.name}' takes at most {SAMPLER_MAX_ROWS:,} for the gp (it "
+                        f"evaluates every row at each of its leapfrog steps): fit the hyperparameters by map or mle, "
+                        f"or svi with approximation=svgp, or sample on a random subset of the rows")
+    if settings.get("batch_size") is not None and approximation != "svgp":
+        raise ValueError(f"batch_size (minibatches) needs approximation=svgp: the {approximation} GP uses every row at "
+                         f"every step")
+
+
+def exact_log_evidence(X, y, kernel: str = "rbf", noise=None, mean: str = "constant", fixed=None, approximation=None,
+                       inducing=None) -> float:
+    """``log p(y | X)`` (natural log, float64) at fixed hyperparameters: the marginal likelihood of the exact GP
+    (whatever ``approximation`` the fit used: the sparse bounds lie below it).  With any of them
     inferred the evidence integrates over them and has no closed form: a ``ValueError`` naming the free ones."""
     k = parse_kernel(kernel)
     given = set(parse_fixed(fixed)) | ({"noise"} if noise is not None else set())
@@ -240,9 +357,14 @@ SPEC = register(
                            choice("mean", ("constant", "zero"))),
             "fixed": Option(None, "fixed hyperparameters, name=value pairs (e.g. 'lengthscale=0.5,variance=2')",
                             _fixed_text),
+            "approximation": Option(None, f"exact, collapsed (Titsias's bound) or svgp (minibatches); omit to choose "
+                                          f"by rows (exact up to {AUTO_EXACT_ROWS:,}, collapsed up to "
+                                          f"{AUTO_COLLAPSED_ROWS:,})", choice("approximation", APPROXIMATIONS)),
+            "inducing": Option(INDUCING_POINTS, "inducing points of the sparse approximations", int,
+                               domain=Domain(int, 1)),
         },
         default_data="sine",
-        data=DataContract(check=check_rows),
+        data=DataContract(check=check_has_features, infer_options=choose_approximation, check_method=check_method),
         inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"})),
         hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence),
     )
