@@ -3,6 +3,7 @@
 * ``linear``, ``diabetes``, ``coin``, ``coin-few``: the linear models' (:data:`EMBEDDED` lists all).
 * ``sine`` (embedded): 200 noisy points of a smooth curve with an empty interval
   :data:`SINE_GAP` in the middle; :func:`sine_grid` spans beyond the data for plots.
+* ``moons`` (embedded): two interleaved half circles, a binary classifier's 2-D problem.
 * ``digits`` (embedded): scikit-learn's 8x8 digits; :func:`digits_split` gives a fixed
   stratified train/test split and :func:`digits_ood` out-of-distribution inputs.
 
@@ -165,6 +166,15 @@ def digits01_semi_frame(per_class: int = 10, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
+def moons_frame(n: int = 200, noise: float = 0.2, seed: int = 0) -> pd.DataFrame:
+    """The embedded ``moons`` table: ``n`` rows of scikit-learn's two interleaved half circles (``make_moons``,
+    Gaussian noise of sd ``noise``, fixed ``seed``), columns ``x1``, ``x2`` and the label ``y`` (0 or 1)."""
+    from sklearn.datasets import make_moons
+
+    X, y = make_moons(n_samples=n, noise=noise, random_state=seed)
+    return pd.DataFrame({"x1": X[:, 0].astype(np.float32), "x2": X[:, 1].astype(np.float32), "y": y})
+
+
 def split_dataset(ds: Dataset, test_fraction: float = 0.25, seed: int = 0, stratify: bool = False
                   ) -> tuple[Dataset, Dataset]:
     """A fixed random split of ``ds`` into (train, test); ``stratify`` keeps the class proportions."""
@@ -274,6 +284,8 @@ EMBEDDED: dict[str, Embedded] = {
         f"200 rows, y = x + 0.3 sin(pi x) + 0.3 sin(2 pi x) + N(0, {SINE_NOISE:g}^2), x in [{SINE_RANGE[0]:g}, "
         f"{SINE_GAP[0]:g}] U [{SINE_GAP[1]:g}, {SINE_RANGE[1]:g}] (empty gap in the middle; generated, fixed seed)",
     ),
+    "moons": Embedded(moons_frame, "y", "200 rows of two interleaved half circles, 2 features, labels 0/1, noise "
+                                        "sd 0.2 (scikit-learn's make_moons, fixed seed)"),
     "digits": Embedded(
         digits_frame,
         "target",

@@ -2,7 +2,8 @@
 registers every model with :mod:`pyro_bdl.registry`; :mod:`pyro_bdl` imports it last, after the engine.
 
 * :mod:`~pyro_bdl.models.blr`, :mod:`~pyro_bdl.models.coin`: the linear models with exact posteriors.
-* :mod:`~pyro_bdl.models.gp`: Gaussian process regression (exact), the model MC dropout approximates.
+* :mod:`~pyro_bdl.models.gp`: Gaussian process regression (exact, or sparse for large data), the model MC dropout
+  approximates; :mod:`~pyro_bdl.models.gp_classifier`: GP classification with inducing points.
 * :mod:`~pyro_bdl.models.bnn`: the Bayesian MLP regressor and classifier; :mod:`~pyro_bdl.models.networks`: what the
   zoo's network models share (their guide, start, SVI settings, label checks).
 * :mod:`~pyro_bdl.models.last_layer`: a Bayesian last layer on a fixed feature map (and training that map).
@@ -12,6 +13,6 @@ registers every model with :mod:`pyro_bdl.registry`; :mod:`pyro_bdl` imports it 
   rules, report, plots).
 """
 
-from pyro_bdl.models import adaptive_depth, blr, bnn, coin, gp, last_layer, sparse_vd, ss_vae, vae  # noqa: F401
+from pyro_bdl.models import adaptive_depth, blr, bnn, coin, gp, gp_classifier, last_layer, sparse_vd, ss_vae, vae  # noqa: F401
 
-__all__ = ["adaptive_depth", "blr", "bnn", "coin", "gp", "last_layer", "sparse_vd", "ss_vae", "vae"]
+__all__ = ["adaptive_depth", "blr", "bnn", "coin", "gp", "gp_classifier", "last_layer", "sparse_vd", "ss_vae", "vae"]

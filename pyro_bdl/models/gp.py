@@ -14,11 +14,13 @@ standardised units; every value is reported in the data's units):
 
 .. math::
 
-    \ell_d \sim \mathrm{LogNormal}(\log s_{x_d}, 1), \quad v \sim \mathrm{LogNormal}(\log s_y^2, 1), \quad
+    \ell_d \sim \mathrm{LogNormal}(\log s_{x_d}\sqrt D, 1), \quad v \sim \mathrm{LogNormal}(\log s_y^2, 1), \quad
     \sigma \sim \mathrm{HalfNormal}(s_y), \quad p \sim \mathrm{LogNormal}(\log \bar s_x, 1), \quad
     \alpha,\ \ell_{\rm periodic},\ b \sim \mathrm{LogNormal}(0, 1),
 
-:math:`s` the training data's sds (a linear kernel's offset as :math:`v`; the network kernels' weight scales
+:math:`s` the training data's sds, :math:`D` the number of inputs (so that two typical rows are about one
+lengthscale apart, :math:`r^2 \approx 2`, however many inputs; without the :math:`\sqrt D` 64 pixels put every pair
+of digits at :math:`k \approx e^{-64}`, where no gradient moves the fit) (a linear kernel's offset as :math:`v`; the network kernels' weight scales
 :math:`\ell_d` at the inputs' root mean square).  Every hyperparameter can be fixed (``fixed="lengthscale=0.5,
 noise=0.1"``, ``noise=0.1``).
 
@@ -59,6 +61,7 @@ import torch
 
 from pyro_bdl.data.table import DataError, check_has_features
 from pyro_bdl.inference import Domain
+from pyro_bdl.inference.base import as_flag
 from pyro_bdl.inference.method import Family
 from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive, leave_one_out_moments,
                                           predictive_moments, stable_cholesky)
@@ -84,7 +87,7 @@ def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.T
     sd_x = torch.where(sd_x > 0, sd_x, X.new_ones(()))
     if kind == "noise":
         return dist.HalfNormal(sd_y)
-    loc = {"lengthscale": sd_x.log() if per_input else 0.0 * one, "variance": 2.0 * sd_y.log(),
+    loc = {"lengthscale": (sd_x * math.sqrt(X.shape[-1])).log() if per_input else 0.0 * one, "variance": 2.0 * sd_y.log(),
            "offset": 2.0 * sd_y.log(), "period": sd_x.mean().log(), "alpha": 0.0 * one, "bias": 0.0 * one,
            "weight": (X * X).mean(0).sqrt().clamp_min(1e-6).log()}[kind]
     prior = dist.LogNormal(loc, one)
@@ -161,7 +164,7 @@ def _say_jitter(jitter: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor) 
 
 def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", noise: float | None = None,
        mean: str = "constant", fixed=None, approximation: str = "exact", inducing: int = INDUCING_POINTS,
-       batch_size: int | None = None, train: tuple | None = None):
+       learn_inducing: bool = True, batch_size: int | None = None, train: tuple | None = None):
     """Gaussian process regression.  ``X``: (n, d); ``y``: (n,) or None; ``train``: the training rows ``(X, y)``
     the predictive conditions on (None while fitting: then ``X``, ``y`` are the training rows); ``approximation``:
     ``exact``, ``collapsed`` or ``svgp`` with ``inducing`` points (``batch_size``: the svgp's minibatch).  Returns y
@@ -178,8 +181,9 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
     if batch_size is not None and approximation != "svgp":
         raise ValueError(f"batch_size (minibatches) needs approximation='svgp': the {approximation} GP uses every "
                          f"row at every step")
-    # the inducing inputs, learned by the optimisation-based methods (a sampler holds them at their start)
+    # the inducing inputs, learned by the optimisation-based methods unless held at their start (as a sampler holds them)
     Z = pyro.param("inducing_inputs", lambda: inducing_start(X_train, int(inducing)))
+    Z = Z if learn_inducing else Z.detach()
     if approximation == "collapsed":
         return _collapsed(k, h, values, m, X, y, Z.double(), train)
     return _svgp(k, h, values, m, X, y, Z.double(), batch_size, train)
@@ -362,6 +366,8 @@ SPEC = register(
                                           f"{AUTO_COLLAPSED_ROWS:,})", choice("approximation", APPROXIMATIONS)),
             "inducing": Option(INDUCING_POINTS, "inducing points of the sparse approximations", int,
                                domain=Domain(int, 1)),
+            "learn_inducing": Option(True, "learn the inducing inputs (false: hold them at their k-means start)",
+                                     as_flag),
         },
         default_data="sine",
         data=DataContract(check=check_has_features, infer_options=choose_approximation, check_method=check_method),
