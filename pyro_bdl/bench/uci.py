@@ -67,7 +67,7 @@ from pyro_bdl.storage.paths import OutputPathError
 from pyro_bdl.bench.uci_report import machine, write_report
 
 __all__ = ["run_uci", "split_fit", "protocol_options", "method_entry", "entry_options", "split_entries", "entries_text",
-           "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders",
+           "entry_model", "DEFAULT_METHODS", "TUNED", "MAX_ROWS", "VALIDATION", "ROW_COLUMNS", "default_root", "uci_folders",
            "UCI_MODEL", "uci_model", "uci_options"]
 
 #: The zoo model the protocol fits: Bayesian MLP regression, its options per folder :func:`uci_options`.
@@ -201,8 +201,24 @@ def uci_folders(root: str | Path, datasets: Sequence[str] | None = None) -> list
 
 def protocol_options(spec: ModelSpec, protocol: UciProtocol, named: dict, **extra) -> dict:
     """The model options of a table fit: the model's options for the UCI ``protocol`` (with a tuned method's
-    candidate ``extra``), then those the method entry names (``named``, :func:`entry_options`)."""
-    return {**uci_options(protocol.hidden, **extra), **named}
+    candidate ``extra``; another model than :data:`UCI_MODEL` has none), then those the method entry names
+    (``named``, :func:`entry_options`)."""
+    own = uci_options(protocol.hidden, **extra) if spec.name == UCI_MODEL else dict(extra)
+    return {**own, **named}
+
+
+def entry_model(entry: str) -> tuple[ModelSpec, str]:
+    """The model an entry fits and the entry without it: ``"gp/map:steps=500"`` -> (the gp's spec, ``"map:steps=500"``);
+    an entry that names no model fits :data:`UCI_MODEL`.
+
+    >>> spec, rest = entry_model("gp/map:steps=500"); spec.name, rest
+    ('gp', 'map:steps=500')
+    """
+    head, colon, rest = entry.partition(":")
+    if "/" not in head:
+        return uci_model(), entry
+    model, _, method = head.partition("/")
+    return get_model(model), method + colon + rest
 
 
 def split_fit(spec: ModelSpec, train, method: str, options: dict, settings: dict, seed: int):
@@ -223,9 +239,9 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
     """The row of one fit: the method of ``entry`` on split ``split`` of ``folder`` (tuned first when it is in
     :data:`TUNED`), with its test RMSE and LL (the data's units), wall seconds and the settings chosen."""
     folder = Path(folder)
-    spec = uci_model()
+    spec, bare = entry_model(entry)
     protocol = uci_protocol(folder)
-    method, named, settings = entry_options(spec, entry)
+    method, named, settings = entry_options(spec, bare)
     train, test = load_uci(folder, split)
 
     def options_for(**extra) -> dict:
@@ -253,15 +269,16 @@ def run_split(folder: str | Path, split: int, entry: str, seed: int = 0) -> dict
             "test_rows": len(test)}
 
 
-def _check_methods(spec: ModelSpec, entries: Sequence[str]) -> None:
+def _check_methods(entries: Sequence[str]) -> None:
     if not entries:
         raise ValueError("no methods given")
     for entry in entries:
-        method, _ = method_entry(entry)
+        spec, bare = entry_model(entry)
+        method, _ = method_entry(bare)
         if spec.runs_as(method) not in spec.methods and method not in spec.methods:
-            raise ValueError(f"unknown or unsuitable method {method!r} for the UCI protocol's model; it supports: "
-                             f"{', '.join(spec.methods)}")
-        entry_options(spec, entry)
+            raise ValueError(f"unknown or unsuitable method {method!r} for the UCI protocol's model '{spec.name}'; it "
+                             f"supports: {', '.join(spec.methods)}")
+        entry_options(spec, bare)
 
 
 def _tasks(folders: list[Path], entries: Sequence[str], splits: int | None, done: set, seed: int
@@ -273,7 +290,7 @@ def _tasks(folders: list[Path], entries: Sequence[str], splits: int | None, done
         count = uci_protocol(folder).splits
         rows = sum(1 for line in (folder / "data.txt").read_text().splitlines() if line.strip())
         for entry in entries:
-            limit = MAX_ROWS.get(method_entry(entry)[0])
+            limit = MAX_ROWS.get(method_entry(entry_model(entry)[1])[0])
             if limit is not None and rows > limit:
                 notes.append(f"{entry} not run on {folder.name}: {rows} rows > {limit}")
                 continue
@@ -315,15 +332,15 @@ def run_uci(root: str | Path, out: str | Path, datasets: Sequence[str] | None = 
     ``root`` (all, or the ``datasets`` named), keep each fit's row in ``out/rows.csv`` as it ends (a rerun makes
     only the fits missing), write the report of every row ``out`` holds (``uci.md``, ``uci.csv``, ``uci.png``:
     :func:`~pyro_bdl.bench.uci_report.write_report`) and return the rows, one per fit (:data:`ROW_COLUMNS`).
-    ``methods`` entries may carry settings (:func:`method_entry`).  ``jobs`` processes fit in parallel (``"auto"``:
+    ``methods`` entries may carry settings (:func:`method_entry`) and name another zoo model than :data:`UCI_MODEL`
+    (``gp/map``: :func:`entry_model`).  ``jobs`` processes fit in parallel (``"auto"``:
     one per core, at most one per fit).  ``report_only``: no fit, the report rewritten from the rows kept."""
     if splits is not None and int(splits) < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
     jobs = (os.cpu_count() or 1) if jobs == "auto" else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer of at least 1 or 'auto', got {jobs!r}")
-    spec = uci_model()
-    _check_methods(spec, methods)
+    _check_methods(methods)
     folders = uci_folders(root, datasets)
     out = Path(out)
     _check_out(out, force)

@@ -85,8 +85,9 @@ def inducing_start(X: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
     distinct = torch.unique(X, dim=0)
     if len(distinct) <= count:
         return distinct.clone()
-    generator = torch.Generator().manual_seed(seed)
-    centres = distinct[torch.randperm(len(distinct), generator=generator)[:count].to(X.device)].clone()
+    generator = torch.Generator(device="cpu").manual_seed(seed)  # on the CPU: the same start on every device
+    rows = torch.randperm(len(distinct), generator=generator, device="cpu")[:count]
+    centres = distinct[rows.to(X.device)].clone()
     for _ in range(KMEANS_STEPS):
         nearest = torch.cat([torch.cdist(chunk, centres).argmin(1) for chunk in X.split(8192)])
         sums = torch.zeros_like(centres).index_add_(0, nearest, X)
