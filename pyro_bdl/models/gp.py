@@ -371,7 +371,9 @@ SPEC = register(
         },
         default_data="sine",
         data=DataContract(check=check_has_features, infer_options=choose_approximation, check_method=check_method),
-        inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"})),
+        # svi's guide: one Gaussian over the hyperparameters and the svgp's whitened inducing values, whose posterior
+        # is correlated (Hensman et al.'s q(u) has a full covariance)
+        inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"}), default_guides={"svi": "mvn"}),
         hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence),
     )
 )

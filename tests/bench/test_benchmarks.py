@@ -480,8 +480,9 @@ def test_pyro_autodelta_reference_writes_its_accuracies(tmp_path):
 @pytest.mark.slow
 def test_gp_speed_prints_a_row_per_size(tmp_path):
     """A smoke run at 60 rows: the table's row (GPyTorch's columns say "not installed" where it is absent)."""
-    out = run_script("benchmarks/gp_speed.py", "--rows", "60", "--short", "2", "--long", "3", cwd=tmp_path)
-    assert "| 60 |" in out, out
+    out = run_script("benchmarks/gp_speed.py", "--rows", "60", "--short", "2", "--long", "3", "--sparse-rows", "400",
+                     "--batch", "100", "--inducing", "8", "--heldout", "100", "--heldout-steps", "30", cwd=tmp_path)
+    assert "| 60 |" in out and "| 400 | 100 | 8 |" in out and "| svgp (svi, minibatch 500) |" in out, out
 
 
 @pytest.mark.slow
