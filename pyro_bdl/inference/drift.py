@@ -122,6 +122,8 @@ class DriftRecord(MethodInfo):
     drift_pace, drift_pace_at : the largest pace of an optimised parameter entry (its move over the reach), and
         which (:meth:`DriftTracker.moves`).
     drift_t, drift_t_at : the largest *t* (move over standard error) of an entry, and which.
+    start_losses : ``map`` / ``mle`` with ``restarts`` > 1: each start's final loss (the mean of its last losses), in
+        the order run, e.g. ``"41.23, 41.23, 57.90"``; the fit is the least's.  None: one start.
     """
 
     drift_window: str | None = None
@@ -140,6 +142,7 @@ class DriftRecord(MethodInfo):
     drift_pace_at: str | None = None
     drift_t: float = math.nan
     drift_t_at: str | None = None
+    start_losses: str | None = None
 
 
 def t_threshold(entries: int, batches: int = BATCHES) -> float:

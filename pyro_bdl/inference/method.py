@@ -252,6 +252,7 @@ class Domain:
 SETTING_DOMAINS: dict[str, Domain] = {
     "steps": Domain(int, 1), "samples": Domain(int, 1), "chains": Domain(int, 1), "warmup": Domain(int, 0),
     "particles": Domain(int, 1), "members": Domain(int, 1), "batch_size": Domain(int, 1),
+    "restarts": Domain(int, 1),
     "max_tree_depth": Domain(int, 1),
     "lr": Domain(float, 0, open_low=True, finite=True), "grad_clamp": Domain(float, 0, open_low=True),
     "lr_hold": Domain(float, 0, 1),  # the fraction of the steps at the full rate; 1: a constant rate

@@ -27,6 +27,9 @@ enumeration), ``"trace"``, ``"meanfield"``, ``"tracegraph"`` or ``"enum"``.  Wit
 ``svi`` of these accepts, :mod:`pyro_bdl.inference.enumeration`) the guide is built over the model's other sites,
 the enumerated ones hidden from it, and they are summed out in every step, not drawn.
 :func:`optimise` validates the distributions' arguments at the first step only.
+``map`` and ``mle`` take ``restarts``: that many runs, the first from the usual start and the others from prior draws,
+the one that ends at the least loss kept (:func:`best_of_starts`; a multimodal objective such as a Gaussian process's
+marginal likelihood in its lengthscales and period).
 """
 
 from __future__ import annotations
@@ -435,25 +438,66 @@ def _point_start(init_loc_fn, model, data: dict):
 
 
 def run_map(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, **adam) -> Draws:
-    guide = make_guide("delta", model, _point_start(init_loc_fn, model, data))
-    return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map", point=True,
-                checkpoint=checkpoint, batch_size=batch_size, **adam)
+            init_loc_fn=None, restarts=1, **adam) -> Draws:
+    def once(start):
+        guide = make_guide("delta", model, _point_start(start, model, data))
+        return _fit(model, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="map",
+                    point=True, checkpoint=checkpoint, batch_size=batch_size, **adam)
+
+    return best_of_starts(once, restarts, init_loc_fn, checkpoint)
 
 
 def run_mle(model, data, *, steps, lr, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, **adam) -> Draws:
+            init_loc_fn=None, restarts=1, **adam) -> Draws:
     flat = drop_priors(model)
-    guide = make_guide("delta", flat, _point_start(init_loc_fn, flat, data))
-    draws = _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle", point=True,
-                  checkpoint=checkpoint, batch_size=batch_size, **adam)
-    return draws
+
+    def once(start):
+        guide = make_guide("delta", flat, _point_start(start, flat, data))
+        return _fit(flat, data, guide, Trace_ELBO(), steps=steps, lr=lr, samples=1, progress=progress, desc="mle",
+                    point=True, checkpoint=checkpoint, batch_size=batch_size, **adam)
+
+    return best_of_starts(once, restarts, init_loc_fn, checkpoint)
+
+
+#: How many of a run's last losses judge where it ended (their mean: one Adam step's jitter averaged out).
+FINAL_LOSSES = 10
+
+
+def best_of_starts(fit_once, restarts: int, init_loc_fn, checkpoint=None) -> Draws:
+    """``fit_once(init_loc_fn)`` (a point run's draws) from ``restarts`` starts, each in a fresh param store: the
+    first where ``init_loc_fn`` says (None: the guide's own start), the others at draws from the prior
+    (``init_to_sample``: another basin of a multimodal objective, as scikit-learn's ``n_restarts_optimizer`` starts
+    elsewhere); the run whose mean of its last :data:`FINAL_LOSSES` losses is least is kept, its parameters put back
+    in the store, and every start's final loss recorded in its ``info.start_losses``
+    (:class:`~pyro_bdl.inference.drift.DriftRecord`)."""
+    restarts = int(restarts)
+    if restarts < 1:
+        raise ValueError(f"restarts is the number of starts, at least 1; got {restarts}")
+    if restarts == 1:
+        return fit_once(init_loc_fn)
+    if checkpoint is not None:
+        raise ValueError("restarts > 1 cannot resume from a checkpoint (each start is a run of its own): leave "
+                         "checkpoint unset or run one start")
+    store = pyro.get_param_store()
+    best, best_state, finals = None, None, []
+    for k in range(restarts):
+        store.clear()
+        draws = fit_once(init_loc_fn if k == 0 else pyro.infer.autoguide.init_to_sample)
+        losses = np.asarray(draws.losses, dtype=float)
+        final = float(np.mean(losses[-FINAL_LOSSES:])) if len(losses) else math.inf
+        finals.append(final if math.isfinite(final) else math.inf)
+        if best is None or finals[-1] < min(finals[:-1]):
+            best, best_state = draws, store.get_state()
+    store.set_state(best_state)
+    if isinstance(best.info, DriftRecord):
+        best.info.start_losses = ", ".join(f"{f:.6g}" for f in finals)
+    return best
 
 
 def _register() -> None:
     common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
               "jit": False, "vectorize": False, "local_reparam": False, "elbo": "auto"}
-    point = {"steps": 2000, "lr": 0.02, "batch_size": None, **ADAM_SETTINGS}
+    point = {"steps": 2000, "lr": 0.02, "batch_size": None, "restarts": 1, **ADAM_SETTINGS}
     for method in (
         Method("svi", "svi", "SVI, Trace_ELBO (TraceEnum_ELBO for enumerated sites), reparameterised gradients "
                "(guide: normal | mvn | meanfield | callable)",

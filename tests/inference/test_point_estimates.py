@@ -84,3 +84,45 @@ def test_mle_is_overconfident_on_few_tosses():
     assert float(mle.posterior_mean("pi")) > 0.95
     assert nuts.report["p_next_heads_exact"] == pytest.approx(0.8)
     assert abs(nuts.report["p_next_heads"] - 0.8) < 4.5 * float(nuts.posterior_sd("pi")) / np.sqrt(nuts.diagnostics.min_ess_bulk)
+
+
+def _wavy(y=None):
+    """A posterior with many modes: y_i ~ N(cos(3 theta) + theta / 4, 0.3^2), theta ~ N(0, 3^2)."""
+    import pyro
+    import pyro.distributions as dist
+
+    theta = pyro.sample("theta", dist.Normal(torch.tensor(0.0), 3.0))
+    with pyro.plate("data", 8):
+        return pyro.sample("y", dist.Normal(torch.cos(3 * theta) + theta / 4, 0.3), obs=y)
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+@pytest.mark.parametrize("method", ["map", "mle"])
+def test_restarts_keep_the_best_start_and_its_parameters(method):
+    """From 8 starts (the first at the prior's mean, the others at prior draws) the fit is the one whose final loss is
+    least: the loss recorded for each start, the kept theta's own loss equal to the least of them, and no worse than
+    one start's."""
+    import pyro
+    from pyro import poutine
+
+    y = torch.full((8,), 1.0 + 2.2 / 4) + 0.05 * torch.randn(8, generator=torch.Generator().manual_seed(0))
+    one = pyro_bdl.fit(_wavy, {"y": y}, inference=method, steps=400, lr=0.05, progress=False, seed=0)
+    many = pyro_bdl.fit(_wavy, {"y": y}, inference=method, steps=400, lr=0.05, restarts=8, progress=False, seed=0)
+    finals = [float(v) for v in many.info.start_losses.split(",")]
+    assert len(finals) == 8 and one.info.start_losses is None
+
+    def loss(theta):
+        trace = poutine.trace(poutine.condition(_wavy, {"theta": torch.tensor(theta)})).get_trace(y)
+        return -float(trace.nodes["y"]["fn"].log_prob(y).sum() + (trace.nodes["theta"]["fn"].log_prob(
+            torch.tensor(theta)) if method == "map" else 0.0))
+
+    kept = float(many.posterior_mean("theta"))
+    assert loss(kept) == pytest.approx(min(finals), abs=1e-2)
+    assert loss(kept) <= loss(float(one.posterior_mean("theta"))) + 1e-3
+    pyro.clear_param_store()
+
+
+def test_restarts_are_refused_with_a_checkpoint(tmp_path):
+    with pytest.raises(ValueError, match="restarts > 1 cannot resume from a checkpoint"):
+        pyro_bdl.fit(_wavy, {"y": torch.zeros(8)}, inference="map", steps=5, restarts=2, progress=False,
+                     checkpoint=tmp_path / "ck")
