@@ -165,6 +165,9 @@ class PostFit:
     predictive_model : ``(model, training data) -> model``, what the posterior draws predict through, for a model
         whose predictive conditions on the training rows (a Gaussian process: the program given them); None: the
         model itself.
+    point_epistemic : the predictive at one point of the unknowns keeps an epistemic part (``latent_variance``: a
+        Gaussian process's latent function integrated out), so a regression's variance acquisitions read a point
+        estimate's fit too.
     """
 
     exact_posterior: Callable | None = None
@@ -175,6 +178,7 @@ class PostFit:
     evaluate: Callable | None = None
     plots: Callable | None = None
     predictive_model: Callable | None = None
+    point_epistemic: bool = False
 
 
 @dataclass(frozen=True)

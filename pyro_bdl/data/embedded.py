@@ -4,6 +4,7 @@
 * ``sine`` (embedded): 200 noisy points of a smooth curve with an empty interval
   :data:`SINE_GAP` in the middle; :func:`sine_grid` spans beyond the data for plots.
 * ``moons`` (embedded): two interleaved half circles, a binary classifier's 2-D problem.
+* ``co2`` (embedded): the Mauna Loa CO2 series 1958-2001, monthly, for extrapolation.
 * ``digits`` (embedded): scikit-learn's 8x8 digits; :func:`digits_split` gives a fixed
   stratified train/test split and :func:`digits_ood` out-of-distribution inputs.
 
@@ -175,6 +176,17 @@ def moons_frame(n: int = 200, noise: float = 0.2, seed: int = 0) -> pd.DataFrame
     return pd.DataFrame({"x1": X[:, 0].astype(np.float32), "x2": X[:, 1].astype(np.float32), "y": y})
 
 
+def co2_frame() -> pd.DataFrame:
+    """The embedded ``co2`` table: the Mauna Loa atmospheric CO2 series, 521 monthly means (ppm) of the weekly flask
+    samples of 1958-2001 (Keeling & Whorf 2004; public domain, the copy ``statsmodels.datasets.co2`` ships),
+    columns ``year`` (the month's middle, decimal) and ``co2``: the extrapolation problem of Gal & Ghahramani
+    (2016)."""
+    from importlib.resources import files
+
+    with files("pyro_bdl.data").joinpath("co2_monthly.csv").open() as handle:
+        return pd.read_csv(handle, comment="#")
+
+
 def split_dataset(ds: Dataset, test_fraction: float = 0.25, seed: int = 0, stratify: bool = False
                   ) -> tuple[Dataset, Dataset]:
     """A fixed random split of ``ds`` into (train, test); ``stratify`` keeps the class proportions."""
@@ -286,6 +298,8 @@ EMBEDDED: dict[str, Embedded] = {
     ),
     "moons": Embedded(moons_frame, "y", "200 rows of two interleaved half circles, 2 features, labels 0/1, noise "
                                         "sd 0.2 (scikit-learn's make_moons, fixed seed)"),
+    "co2": Embedded(co2_frame, "co2", "the Mauna Loa CO2 series: 521 monthly means (ppm) 1958-2001, the input the "
+                                      "decimal year (Keeling & Whorf 2004, public domain)"),
     "digits": Embedded(
         digits_frame,
         "target",

@@ -374,6 +374,6 @@ SPEC = register(
         # svi's guide: one Gaussian over the hyperparameters and the svgp's whitened inducing values, whose posterior
         # is correlated (Hensman et al.'s q(u) has a full covariance)
         inference=InferenceChoices(traits=frozenset({"continuous", "low-dimensional"}), default_guides={"svi": "mvn"}),
-        hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence),
+        hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence, point_epistemic=True),
     )
 )

@@ -73,18 +73,21 @@ def _mean_std(probs):
     return probs.std(0).mean(-1)
 
 
-def _total_variance(mean, variance):
+def _total_variance(mean, variance, latent=None):
     return mean.var(0) + variance.mean(0)
 
 
-def _epistemic_variance(mean, variance):
-    return mean.var(0)
+def _epistemic_variance(mean, variance, latent=None):
+    # the spread of the draws' means, and the part of each draw's variance that is uncertainty about the function
+    # (a Gaussian process's latent variance: under map its one draw holds all of it)
+    return mean.var(0) + (0.0 if latent is None else latent.mean(0))
 
 
 #: Classification acquisitions: name -> function of ``probs`` (S, n, C) giving scores (n,).
 CLASSIFICATION = {"bald": _bald, "entropy": _entropy_of_mean, "variation-ratios": _variation_ratios,
                   "mean-std": _mean_std}
-#: Regression acquisitions: name -> function of ``mean``, ``variance`` (S, n) giving scores (n,).
+#: Regression acquisitions: name -> function of ``mean``, ``variance`` (S, n) and the latent variance (S, n) or None,
+#: giving scores (n,).
 REGRESSION = {"variance": _total_variance, "epistemic-variance": _epistemic_variance}
 #: Every acquisition's name; ``random`` suits both tasks.
 ACQUISITIONS = sorted(CLASSIFICATION) + sorted(REGRESSION) + ["random"]
@@ -92,9 +95,12 @@ ACQUISITIONS = sorted(CLASSIFICATION) + sorted(REGRESSION) + ["random"]
 BATCH_MODES = ("top", "stochastic")
 
 
-def score(name: str, probs=None, mean=None, variance=None, rng: np.random.Generator | None = None) -> np.ndarray:
+def score(name: str, probs=None, mean=None, variance=None, rng: np.random.Generator | None = None,
+          latent_variance=None) -> np.ndarray:
     """The acquisition ``name`` at each row: ``probs`` (S, n, C) for a classifier, ``mean`` and ``variance``
-    (S, n) for a regression; ``random``: uniform scores from ``rng``.  Returns (n,); higher is more worth labelling."""
+    (S, n) for a regression, with ``latent_variance`` (S, n) the part of ``variance`` that is epistemic where the
+    likelihood declares one (a Gaussian process's); ``random``: uniform scores from ``rng``.  Returns (n,); higher is
+    more worth labelling."""
     if name not in ACQUISITIONS:
         raise ValueError(f"unknown acquisition '{name}'; choose one of {', '.join(ACQUISITIONS)}")
     if probs is not None:
@@ -119,7 +125,8 @@ def score(name: str, probs=None, mean=None, variance=None, rng: np.random.Genera
     if name not in REGRESSION:
         raise ValueError(f"acquisition '{name}' is for classification; a regression takes one of "
                          f"{', '.join(sorted(REGRESSION))} or random")
-    return REGRESSION[name](mean, variance)
+    latent = None if latent_variance is None else np.asarray(latent_variance, dtype=float).reshape(mean.shape)
+    return REGRESSION[name](mean, variance, latent)
 
 
 def pick_batch(scores, size: int, mode: str = "top", rng: np.random.Generator | None = None,

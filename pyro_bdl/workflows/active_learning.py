@@ -132,7 +132,7 @@ def active_learning(model: str | Callable, pool, inference: str = "mc-dropout", 
     pool, test = _as_dataset(spec, pool, target, "pool"), (None if test is None else
                                                          _as_dataset(spec, test, target, "test"))
     _check_acquisition(acquisition, spec)
-    _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds)
+    _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds, spec)
     rng = np.random.default_rng(seed)
     first = int(initial) if isinstance(initial, (int, np.integer)) else [int(i) for i in initial]
     state = _State(checkpoint, _fingerprint(spec or model, pool, inference, acquisition, first, batch,
@@ -260,13 +260,15 @@ def _check_acquisition(acquisition: str, spec: ModelSpec | None) -> None:
                          f"it takes one of {', '.join(sorted(suits))} or random")
 
 
-def _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds) -> None:
+def _check_run(inference, acquisition, batch_mode, pool, test, oracle, initial, batch, rounds, spec=None) -> None:
     """Every setting checked before the first fit."""
     if inference not in METHODS:
         raise ValueError(f"unknown inference '{inference}'; choose one of {', '.join(METHODS)}")
     if batch_mode not in BATCH_MODES:
         raise ValueError(f"unknown batch mode '{batch_mode}'; choose one of {', '.join(BATCH_MODES)}")
-    if acquisition != "random" and METHODS[inference].point_estimate:
+    # a point's predictive keeps an epistemic part where the model's does (a Gaussian process's latent variance)
+    at_a_point = spec is not None and spec.hooks.point_epistemic and acquisition in REGRESSION
+    if acquisition != "random" and METHODS[inference].point_estimate and not at_a_point:
         raise ValueError(f"acquisition '{acquisition}' reads the disagreement of posterior draws; '{inference}' gives "
                          f"a single point (use a method with draws: {', '.join(_with_draws())}; or random)")
     if pool.y is None and oracle is None:
@@ -353,8 +355,10 @@ def _acquire(result, pool: Dataset, state, acquisition: str, batch: int, mode: s
         if site in pred.probs:
             scores = score(acquisition, probs=pred.probs[site].reshape((-1,) + pred.probs[site].shape[2:]))
         elif pred.gaussian.get(site, False):
+            latent = pred.latent_variance.get(site)
             scores = score(acquisition, mean=pred.mean[site].reshape(-1, len(free)),
-                           variance=pred.variance[site].reshape(-1, len(free)))
+                           variance=pred.variance[site].reshape(-1, len(free)),
+                           latent_variance=None if latent is None else latent.reshape(-1, len(free)))
         else:
             raise ValueError(f"acquisition '{acquisition}' needs a Categorical or Normal likelihood")
     return free[pick_batch(scores, batch, mode, rng)]

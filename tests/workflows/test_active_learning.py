@@ -239,3 +239,16 @@ def test_a_users_own_program_over_x_and_y(line):
                           progress=False, samples=300)
     assert run.history["labelled"].tolist() == [4, 6, 8] and run.history["rmse"].iloc[-1] < 0.45
     assert pool.X[torch.as_tensor(run.order[4:]), 0].abs().min() > 0.8  # a line's variance is largest at its ends
+
+
+def test_a_gp_under_map_chooses_by_its_latent_variance(line):
+    """The exact GP fitted by map has one draw: its epistemic variance is the latent variance of its predictive, not
+    the spread of draws (none).  Labelled at four rows with x < -0.5 and its lengthscale fixed at the pool's width
+    (its variance then grows with the distance all the way), it asks next for the rows farthest from them: every row
+    of the batch at x > 0.5 (23 % of the pool lies there; by chance all five would be 1 in 1,400)."""
+    pool, test = line
+    left = np.flatnonzero(pool.X[:, 0].numpy() < -0.5)[:4].tolist()
+    run = active_learning("gp", pool, inference="map", acquisition="epistemic-variance", initial=left, batch=5,
+                          rounds=1, steps=200, lr=0.05, progress=False, options={"fixed": "lengthscale=1"})
+    asked = pool.X[torch.as_tensor(run.order[4:]), 0]
+    assert len(asked) == 5 and bool((asked > 0.5).all()), asked
