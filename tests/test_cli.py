@@ -135,6 +135,21 @@ def test_a_gp_fits_from_a_file_and_predicts_new_rows(tmp_path):
     assert abs(pred["mean"][0] - np.sin(0.0)) < 4 * pred["sd"][0]
 
 
+def test_a_gp_classifier_fits_from_a_file_and_predicts_probabilities(tmp_path):
+    """GP classification through the CLI: a CSV of two classes split by x = 0, svi with minibatches, then predict:
+    each side's class, the probabilities summing to one."""
+    x = np.random.default_rng(0).uniform(-2, 2, 80)
+    pd.DataFrame({"x": x, "label": (x > 0).astype(int)}).to_csv(tmp_path / "train.csv", index=False)
+    out = tmp_path / "gpc"
+    assert main(["fit", "gp-classifier", "--data", str(tmp_path / "train.csv"), "--target", "label", "--inference",
+                 "svi", "--steps", "600", "--lr", "0.05", "--batch-size", "40", "--set", "samples=50", "--option",
+                 "inducing=10", "--out", str(out), "--no-progress", "--no-plots"]) == 0
+    pd.DataFrame({"x": [-1.5, 1.5]}).to_csv(tmp_path / "new.csv", index=False)
+    assert main(["predict", str(out), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert pred["pred"].tolist() == [0, 1] and np.allclose(pred["prob_0"] + pred["prob_1"], 1.0, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_load_fit_round_trip(tmp_path):
     result = pyro_bdl.fit("blr", inference="map", progress=False, steps=1500)
@@ -175,6 +190,13 @@ BAD_INPUTS = {
                        "unknown kernel 'squiggle'"),
     "non-positive fixed hyperparameter": (["fit", "gp", "--target", "y", "--option", "fixed=lengthscale=0"],
                                           "x,y\n1,2\n", "'lengthscale' must be positive and finite"),
+    "unknown gp approximation": (["fit", "gp", "--target", "y", "--option", "approximation=fitc"], "x,y\n1,2\n",
+                                 "approximation must be one of exact, collapsed, svgp"),
+    "gp minibatch without svgp": (["fit", "gp", "--target", "y", "--inference", "svi", "--batch-size", "1",
+                                   "--option", "approximation=exact"], "x,y\n1,2\n3,4\n",
+                                  "batch_size (minibatches) needs approximation=svgp"),
+    "gp classifier labels out of range": (["fit", "gp-classifier", "--target", "y"], "x,y\n1,0\n2,-1\n",
+                                          "class labels in 'y' must be integers 0, 1"),
 }
 
 
