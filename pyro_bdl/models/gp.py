@@ -66,8 +66,8 @@ from pyro_bdl.inference.method import Family
 from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive, leave_one_out_moments,
                                           predictive_moments, stable_cholesky)
 from pyro_bdl.nn.kernels import Hyper, parse_kernel
-from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collapsed_predictive_moments,
-                                   inducing_start, whitened_projection)
+from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collapsed_leave_one_out_moments,
+                                   collapsed_predictive_moments, inducing_start, whitened_projection)
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
 __all__ = ["gp", "hyperparameter_prior", "parse_fixed", "exact_log_evidence", "JitterWarning", "ApproximationNote",
@@ -231,16 +231,22 @@ def _exact(k, h, values, m, X, y, train):
 
 
 def _collapsed(k, h, values, m, X, y, Z, train):
-    """Titsias's collapsed bound on the training rows; its optimal predictive (at the training rows too) else."""
+    """Titsias's collapsed bound on the training rows; its optimal predictive at new rows, and at the training rows
+    each row's leave-one-out predictive under the bound's Nyström model."""
     X_train, y_train = train if train is not None else (X, y)
     Xt, noise_var = X_train.double(), h["noise"] ** 2
     K_zz = k.matrix(Z, Z, h)
     A, gap = whitened_projection(K_zz, k.matrix(Z, Xt, h), k.diagonal(Xt, h))
     if train is None:
         return pyro.sample("y", CollapsedBound(m.expand(gap.shape), A, gap, noise_var, X.dtype), obs=y)
+    resid = y_train.double() - m
+    if y is not None and X.shape == X_train.shape and torch.equal(X, X_train):  # each training row from the others
+        mu, var = collapsed_leave_one_out_moments(A, noise_var, resid, m)
+        return _predictive_site(X, y, mu, (var - noise_var[..., None]).clamp_min(0.0), noise_var,
+                                _rows_batch(values, k))
     Xs = X.double()
     A_star, _ = whitened_projection(K_zz, k.matrix(Z, Xs, h), k.diagonal(Xs, h))
-    mu, latent = collapsed_predictive_moments(A, noise_var, y_train.double() - m, A_star, k.diagonal(Xs, h), m)
+    mu, latent = collapsed_predictive_moments(A, noise_var, resid, A_star, k.diagonal(Xs, h), m)
     return _predictive_site(X, y, mu, latent, noise_var, _rows_batch(values, k))
 
 

@@ -60,6 +60,7 @@ from torch.distributions import constraints
 from pyro_bdl.nn.gaussian_process import stable_cholesky
 
 __all__ = ["inducing_start", "whitened_projection", "CollapsedBound", "collapsed_predictive_moments",
+           "collapsed_leave_one_out_moments",
            "ExpectedLogLikelihood", "latent_class_probabilities", "INDUCING_JITTER", "KMEANS_STEPS",
            "GAUSS_HERMITE_NODES", "CATEGORICAL_DRAWS", "PREDICTIVE_VALUES"]
 
@@ -168,6 +169,19 @@ def collapsed_predictive_moments(A, noise_var, resid, A_star, k_star_diag, mean)
     b = torch.linalg.solve_triangular(L_B, A_star, upper=False)
     f_mean = (b * c.unsqueeze(-1)).sum(-2) + mean
     return f_mean, (k_star_diag - (A_star * A_star).sum(-2) + (b * b).sum(-2)).clamp_min(0.0)
+
+
+def collapsed_leave_one_out_moments(A, noise_var, resid, mean):
+    """Each training row's predictive from the others under the Nyström model :math:`y \sim \mathcal N(m, A^\top A
+    + \sigma^2 I)` the collapsed bound's Gaussian part is (R&W eq. 5.12 with Woodbury: :math:`[K^{-1}]_{ii} =
+    (1 - \|L_B^{-1} a_i\|^2 / \sigma^2) / \sigma^2`), in :math:`O(n M^2)`: mean (..., n) and variance (..., n) of
+    :math:`y_i \mid y_{-i}`; ``A`` (..., M, n), ``noise_var`` (...), ``resid`` (..., n) y - m."""
+    L_B, c = _collapsed_factors(A, noise_var, resid)
+    s2 = noise_var[..., None]
+    b = torch.linalg.solve_triangular(L_B, A, upper=False)  # (..., M, n)
+    precision = (1.0 - (b * b).sum(-2) / s2) / s2
+    alpha = resid / s2 - (b * c.unsqueeze(-1)).sum(-2) / s2  # K^-1 r = (r - A_s^T B^-1 A_s r) / s^2
+    return resid + mean - alpha / precision, 1.0 / precision
 
 
 _NODES, _WEIGHTS = (torch.as_tensor(t, dtype=torch.float64) for t in np.polynomial.hermite_e.hermegauss(GAUSS_HERMITE_NODES))

@@ -232,3 +232,19 @@ def test_the_svgp_program_broadcasts_over_draws_as_one_draw_at_a_time():
         np.testing.assert_allclose(together[s].numpy(), alone.nodes["y"]["fn"].log_prob(test.y).detach().numpy(), rtol=1e-5,
                                    atol=1e-6)
     pyro.clear_param_store()
+
+
+def test_the_collapsed_leave_one_out_is_conditioning_on_the_other_rows():
+    """Each training row's predictive under the Nyström model N(0, A^T A + s^2 I), by Woodbury, equals conditioning
+    that Gaussian on the other rows, row by row (dense matrices)."""
+    from pyro_bdl.nn.sparse_gp import collapsed_leave_one_out_moments
+
+    X, y = _problem(n=25)
+    A, _ = _projection(X[:6], X)
+    mean, var = collapsed_leave_one_out_moments(A, NOISE_VAR, y, 0.0)
+    K = A.T @ A + NOISE_VAR * torch.eye(25, dtype=F64)
+    for i in range(25):
+        rest = torch.arange(25) != i
+        w = torch.linalg.solve(K[rest][:, rest], K[rest, i])
+        assert float(mean[i]) == pytest.approx(float(w @ y[rest]), abs=1e-8)
+        assert float(var[i]) == pytest.approx(float(K[i, i] - K[i, rest] @ w), abs=1e-8)
