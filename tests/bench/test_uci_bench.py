@@ -318,3 +318,24 @@ def test_the_protocol_names_its_model_and_gives_options_the_model_takes():
     assert uci_bench.uci_options(100) == {"hidden": (100,)}
     assert uci_bench.uci_options(50, 0.5) == {"hidden": (50,), "noise": 0.5}
     assert spec.resolve_options(uci_bench.uci_options(50, 0.5))["noise"] == 0.5  # options of the model, checked
+
+
+def test_an_entry_may_name_another_zoo_model(root, monkeypatch):
+    """``gp/map:steps=100,kernel=matern52``: the gp fitted by map (no width: the protocol's options are the network's),
+    its kernel an option of the gp; the row keeps the entry; an unknown model or a method the gp does not suit is
+    refused by name."""
+    seen, real = [], uci_bench._fit_score
+
+    def spy(spec, train, test, method, options, settings, seed):
+        seen.append((spec.name, method, options, settings))
+        return real(spec, train, test, method, options, settings, seed)
+
+    monkeypatch.setattr(uci_bench, "_fit_score", spy)
+    entry = "gp/map:steps=100,lr=0.05,kernel=matern52"
+    row = uci_bench.run_split(root / "yacht", 0, entry)
+    assert seen == [("gp", "map", {"kernel": "matern52"}, {"steps": "100", "lr": "0.05"})]
+    assert row["method"] == entry and np.isfinite(row["test_ll"])
+    with pytest.raises(ValueError, match="unknown model 'gpr'"):
+        uci_bench._check_methods(["gpr/map"])
+    with pytest.raises(ValueError, match="unsuitable method 'mc-dropout' for the UCI protocol's model 'gp'"):
+        uci_bench._check_methods(["gp/mc-dropout"])
