@@ -649,3 +649,10 @@ def test_uci_split_diagnosis_refits_the_tables_row_and_refuses_a_tuned_method(tm
                            str(tmp_path / "uci"), "toy", "0", "--method", "mc-dropout"], capture_output=True, text=True,
                           cwd=tmp_path)
     assert proc.returncode == 2 and "mc-dropout is chosen among candidates" in proc.stderr
+
+
+@pytest.mark.slow
+def test_gp_marginal_likelihood_prints_a_row_per_problem(tmp_path):
+    out = run_script("benchmarks/gp_marginal_likelihood.py", "--problems", "1", "--restarts", "2", "--steps", "30",
+                     "--rows", "20", cwd=tmp_path)
+    assert "| sine n=20 d=1 noise=0.05 |" in out, out
