@@ -70,7 +70,7 @@ from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collap
                                    collapsed_predictive_moments, inducing_start, whitened_projection)
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
-__all__ = ["gp", "hyperparameter_prior", "parse_fixed", "exact_log_evidence", "JitterWarning", "ApproximationNote",
+__all__ = ["gp", "hyperparameter_prior", "sample_hyperparameters", "parse_fixed", "kernel_option", "fixed_option", "exact_log_evidence", "JitterWarning", "ApproximationNote",
            "EXACT_MAX_ROWS", "SAMPLER_MAX_ROWS", "AUTO_EXACT_ROWS", "AUTO_COLLAPSED_ROWS", "INDUCING_POINTS"]
 
 #: The sparse approximations' default number of inducing points (Salimbeni & Deisenroth 2017 fit their UCI sparse
@@ -113,15 +113,18 @@ def parse_fixed(text) -> dict:
     return out
 
 
-def _hyperparameters(kernel, X, y, noise, fixed) -> dict:
-    """Every hyperparameter's value: fixed where given, else a sample site under its prior."""
-    names = [h.name for h in kernel.hypers] + ["noise"]
+def sample_hyperparameters(kernel, X, y, noise, fixed, with_noise: bool = True) -> dict:
+    """Every hyperparameter's value (the kernel's, and the noise sd ``with_noise``): fixed where given (``fixed``:
+    :func:`parse_fixed`'s dict; ``noise``: a fixed noise sd or None), else a sample site under its prior scaled by the
+    training rows ``X`` (n, d) and ``y`` (n,) or None."""
+    hypers = kernel.hypers + ([Hyper("noise", "noise")] if with_noise else [])
+    names = [h.name for h in hypers]
     unknown = sorted(set(fixed) - set(names))
     if unknown:
         raise ValueError(f"fixed names {', '.join(map(repr, unknown))}, not hyperparameters of this kernel "
                          f"({', '.join(names)})")
     values = {}
-    for h in kernel.hypers + [Hyper("noise", "noise")]:
+    for h in hypers:
         given = noise if h.name == "noise" and noise is not None else fixed.get(h.name)
         if given is not None:
             value = torch.as_tensor(given, dtype=X.dtype, device=X.device)
@@ -171,7 +174,7 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
     (n,) (or the minibatch's)."""
     k = parse_kernel(kernel)
     X_train, y_train = train if train is not None else (X, y)
-    values = _hyperparameters(k, X_train, y_train, noise, parse_fixed(fixed))
+    values = sample_hyperparameters(k, X_train, y_train, noise, parse_fixed(fixed))
     h = _double(values)
     m = y_train.double().mean() if mean == "constant" and y_train is not None else X.new_zeros((), dtype=torch.float64)
     if approximation not in APPROXIMATIONS:
@@ -271,13 +274,15 @@ def _svgp(k, h, values, m, X, y, Z, batch_size, train):
                            obs=None if y is None else y[idx])
 
 
-def _kernel_name(text: str) -> str:
-    parse_kernel(text)  # a clear error for a kernel that does not exist, when the option is read
+def kernel_option(text: str) -> str:
+    """The ``kernel`` option as read: a clear error for a kernel that does not exist, when the option is read."""
+    parse_kernel(text)
     return text
 
 
-def _fixed_text(text: str) -> str:
-    parse_fixed(text)  # a clear error for a non-positive value, when the option is read
+def fixed_option(text: str) -> str:
+    """The ``fixed`` option as read: a clear error for a non-positive value, when the option is read."""
+    parse_fixed(text)
     return text
 
 
@@ -360,13 +365,13 @@ SPEC = register(
         summary="Gaussian process regression (exact; kernels rbf, matern, rq, periodic, linear, arccos, arcsin, + and *)",
         options={
             "kernel": Option("rbf", "the covariance function: a kernel name, or names joined by + and * "
-                                    "(e.g. rbf*periodic+linear)", _kernel_name),
+                                    "(e.g. rbf*periodic+linear)", kernel_option),
             "noise": Option(None, "a fixed noise sd (the target's units); omit to infer it", float,
                             domain=Domain(float, 0, open_low=True, finite=True)),
             "mean": Option("constant", "the prior mean: the training targets' mean (constant) or zero",
                            choice("mean", ("constant", "zero"))),
             "fixed": Option(None, "fixed hyperparameters, name=value pairs (e.g. 'lengthscale=0.5,variance=2')",
-                            _fixed_text),
+                            fixed_option),
             "approximation": Option(None, f"exact, collapsed (Titsias's bound) or svgp (minibatches); omit to choose "
                                           f"by rows (exact up to {AUTO_EXACT_ROWS:,}, collapsed up to "
                                           f"{AUTO_COLLAPSED_ROWS:,})", choice("approximation", APPROXIMATIONS)),

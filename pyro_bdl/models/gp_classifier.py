@@ -38,7 +38,7 @@ import torch
 from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.base import as_flag
-from pyro_bdl.models.gp import INDUCING_POINTS, hyperparameter_prior, parse_fixed, _fixed_text, _kernel_name
+from pyro_bdl.models.gp import INDUCING_POINTS, fixed_option, kernel_option, parse_fixed, sample_hyperparameters
 from pyro_bdl.models.networks import check_labels, num_classes as classes_of_labels
 from pyro_bdl.nn.kernels import parse_kernel
 from pyro_bdl.nn.sparse_gp import ExpectedLogLikelihood, inducing_start, latent_class_probabilities, whitened_projection
@@ -47,22 +47,6 @@ from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option,
 __all__ = ["gp_classifier", "LIKELIHOODS"]
 
 LIKELIHOODS = ("bernoulli", "categorical")
-
-
-def _kernel_hyperparameters(kernel, X, fixed) -> dict:
-    names = [h.name for h in kernel.hypers]
-    unknown = sorted(set(fixed) - set(names))
-    if unknown:
-        raise ValueError(f"fixed names {', '.join(map(repr, unknown))}, not hyperparameters of this kernel "
-                         f"({', '.join(names)})")
-    values = {}
-    for h in kernel.hypers:
-        if h.name in fixed:
-            value = torch.as_tensor(fixed[h.name], dtype=X.dtype, device=X.device)
-            values[h.name] = value.expand(X.shape[-1:]) if h.per_input else value
-        else:
-            values[h.name] = pyro.sample(h.name, hyperparameter_prior(h.kind, h.per_input, X, None))
-    return values
 
 
 def _batch_of(values: dict, kernel, v: torch.Tensor) -> torch.Size:
@@ -86,7 +70,7 @@ def gp_classifier(X: torch.Tensor, y: torch.Tensor | None = None, num_classes: i
     if likelihood == "bernoulli" and C != 2:
         raise ValueError(f"the bernoulli likelihood is for two classes; the labels have {C}: use categorical")
     k = parse_kernel(kernel)
-    values = _kernel_hyperparameters(k, X, parse_fixed(fixed))
+    values = sample_hyperparameters(k, X, None, None, parse_fixed(fixed), with_noise=False)
     h = {name: t.double() for name, t in values.items()}
     Z = pyro.param("inducing_inputs", lambda: inducing_start(X, int(inducing)))
     Z = (Z if learn_inducing else Z.detach()).double()  # learned unless held at the k-means start
@@ -134,14 +118,14 @@ SPEC = register(
         options={
             "num_classes": Option(None, "number of classes (default: from the labels)", int, domain=Domain(int, 2)),
             "kernel": Option("rbf", "the covariance function of each latent function (e.g. rbf, matern52, rbf+linear)",
-                             _kernel_name),
+                             kernel_option),
             "likelihood": Option(None, "bernoulli (two classes) or categorical; omit: bernoulli for two classes",
                                  _likelihood),
             "inducing": Option(INDUCING_POINTS, "inducing points", int, domain=Domain(int, 1)),
             "learn_inducing": Option(True, "learn the inducing inputs (false: hold them at their k-means start)",
                                      as_flag),
             "fixed": Option(None, "fixed kernel hyperparameters, name=value pairs (e.g. 'lengthscale=0.5')",
-                            _fixed_text),
+                            fixed_option),
         },
         default_data="moons",
         data=DataContract(task=Task.CLASSIFICATION, check=_check, infer_options=classes_of_labels),
