@@ -35,6 +35,8 @@ RUNS = {  # name -> (model, method, settings)
     "ensemble": ("bnn-regressor", "ensemble", {"steps": 20, "members": 3}),
     "nuts": ("blr", "nuts", {"samples": 30, "warmup": 30, "chains": 2}),
     "vae": ("vae", "svi-amortised", {"epochs": 3, "is_samples": 5}),
+    "svgp": ("gp", "svi", {"steps": 30, "samples": 5, "batch_size": 32,
+                           "options": {"approximation": "svgp", "inducing": 10}}),
 }
 
 def run_all(runs: dict) -> dict:
@@ -99,6 +101,15 @@ def test_data_parallel_svi_is_the_one_process_run(one_and_two):
     losses1, losses2 = one["svi.losses"], two["svi.losses"]
     assert torch.allclose(losses1, losses2, rtol=1e-5)
     for key in [k for k in one if k.startswith("svi.") and k != "svi.losses"]:
+        assert torch.allclose(one[key], two[key], atol=1e-5, rtol=1e-4), key
+
+
+def test_data_parallel_svgp_is_the_one_process_run(one_and_two):
+    """The sparse GP's minibatches sharded over two processes, the inducing inputs' gradients summed with the
+    rest: the one-process run's losses and draws, to the order of the additions."""
+    one, (two, _) = one_and_two
+    assert torch.allclose(one["svgp.losses"], two["svgp.losses"], rtol=1e-5)
+    for key in [k for k in one if k.startswith("svgp.") and k != "svgp.losses"]:
         assert torch.allclose(one[key], two[key], atol=1e-5, rtol=1e-4), key
 
 
