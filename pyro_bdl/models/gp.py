@@ -54,6 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+import weakref
 
 import pyro
 import pyro.distributions as dist
@@ -78,18 +79,41 @@ __all__ = ["gp", "hyperparameter_prior", "sample_hyperparameters", "parse_fixed"
 INDUCING_POINTS = 100
 
 
+#: The training data's scales, per inputs tensor (weakly held: gone with it), read at every step of a fit: their sds
+#: over 50,000 rows took a third of an svgp step (benchmarks/RESULTS.md, "Gaussian processes, second part").
+_SCALES: dict = {}
+
+
+def data_scales(X: torch.Tensor, y: torch.Tensor | None) -> tuple:
+    """``(sd_y (), sd_x (d,), rms_x (d,))`` of the training rows ``X`` (n, d) and ``y`` (n,) or None (sd 1 where not
+    defined or 0), computed once per pair of tensors and kept while ``X`` lives (recomputed after an in-place
+    change of either)."""
+    key = (id(y), None if y is None else y._version, X._version)
+    kept = _SCALES.get(id(X))
+    if kept is not None and kept[0]() is X and kept[1] == key and (y is None or kept[2]() is y):
+        return kept[3]
+    with torch.no_grad():
+        one = X.new_ones(())
+        sd_y = y.std() if y is not None and len(y) > 1 and bool(y.std() > 0) else one
+        sd_x = X.std(0) if len(X) > 1 else X.new_ones(X.shape[-1])
+        sd_x = torch.where(sd_x > 0, sd_x, X.new_ones(()))
+        rms_x = (X * X).mean(0).sqrt().clamp_min(1e-6)
+    scales = (sd_y, sd_x, rms_x)
+    _SCALES[id(X)] = (weakref.ref(X, lambda _, k=id(X): _SCALES.pop(k, None)), key,
+                      (lambda: None) if y is None else weakref.ref(y), scales)
+    return scales
+
+
 def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.Tensor | None):
     """The prior of one hyperparameter of ``kind`` (module docstring), scaled by the training data ``X`` (n, d),
     ``y`` (n,)."""
     one = X.new_ones(())
-    sd_y = y.std() if y is not None and len(y) > 1 and bool(y.std() > 0) else one
-    sd_x = X.std(0) if len(X) > 1 else X.new_ones(X.shape[-1])
-    sd_x = torch.where(sd_x > 0, sd_x, X.new_ones(()))
+    sd_y, sd_x, rms_x = data_scales(X, y)
     if kind == "noise":
         return dist.HalfNormal(sd_y)
     loc = {"lengthscale": (sd_x * math.sqrt(X.shape[-1])).log() if per_input else 0.0 * one, "variance": 2.0 * sd_y.log(),
            "offset": 2.0 * sd_y.log(), "period": sd_x.mean().log(), "alpha": 0.0 * one, "bias": 0.0 * one,
-           "weight": (X * X).mean(0).sqrt().clamp_min(1e-6).log()}[kind]
+           "weight": rms_x.log()}[kind]
     prior = dist.LogNormal(loc, one)
     return prior.to_event(1) if per_input else prior
 

@@ -278,3 +278,16 @@ def test_the_closed_form_gradient_and_its_derivative_are_autograds():
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-8, atol=1e-10)
     hessians = [torch.autograd.functional.hessian(lambda t: log_lik(t, c), theta) for c in (True, False)]
     torch.testing.assert_close(hessians[0], hessians[1], rtol=1e-7, atol=1e-9)
+
+
+def test_the_data_scales_are_kept_per_tensor_and_recomputed_when_the_data_change():
+    from pyro_bdl.models.gp import data_scales
+
+    X, y = _problem(n=20)
+    first = data_scales(X, y)
+    assert data_scales(X, y) is first  # kept: the same tensors, unchanged
+    torch.testing.assert_close(first[0], y.std())
+    other = y * 3.0
+    torch.testing.assert_close(data_scales(X, other)[0], other.std())  # another target: its own scale
+    X.mul_(2.0)  # changed in place: recomputed
+    torch.testing.assert_close(data_scales(X, y)[1], X.std(0))
