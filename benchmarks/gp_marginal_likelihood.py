@@ -25,6 +25,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process import kernels as sk
 
 import pyro_bdl
+from gp_speed import gpytorch_exact  # the same GPyTorch model as the speed benchmark's (this script's folder)
 
 FUNCTIONS = {
     "sine": lambda X: np.sin(2.0 * X[:, 0]) + 0.5 * X[:, -1],
@@ -81,18 +82,8 @@ def gpytorch_lml(X, y, steps: int) -> float | None:
     except ImportError:
         return None
     Xt, yt = torch.tensor(X), torch.tensor(y - y.mean())
-
-    class Exact(gpytorch.models.ExactGP):
-        def __init__(self, likelihood):
-            super().__init__(Xt, yt, likelihood)
-            self.mean = gpytorch.means.ZeroMean()
-            self.kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean(x), self.kernel(x))
-
     likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
-    model = Exact(likelihood).double()
+    model = gpytorch_exact(Xt, yt, likelihood, gpytorch.means.ZeroMean()).double()
     model.train(), likelihood.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     optim = torch.optim.Adam(model.parameters(), lr=0.05)

@@ -52,6 +52,22 @@ def zoo_seconds(d: dict, short: int, long: int) -> float:
     return (run(long) - run(short)) / (long - short)
 
 
+def gpytorch_exact(X, y, likelihood, mean):
+    """GPyTorch's exact GP on ``X``, ``y``: ``mean``, an ARD RBF kernel times a learned scale (gpytorch importable)."""
+    import gpytorch
+
+    class Exact(gpytorch.models.ExactGP):
+        def __init__(self):
+            super().__init__(X, y, likelihood)
+            self.mean = mean
+            self.kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1]))
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean(x), self.kernel(x))
+
+    return Exact()
+
+
 def gpytorch_seconds(d: dict, steps: int, like_for_like: bool) -> float | None:
     try:
         import gpytorch
@@ -59,18 +75,8 @@ def gpytorch_seconds(d: dict, steps: int, like_for_like: bool) -> float | None:
         return None
     dtype = torch.float64 if like_for_like else torch.float32
     X, y = d["X"].to(dtype), d["y"].to(dtype)
-
-    class Exact(gpytorch.models.ExactGP):
-        def __init__(self, likelihood):
-            super().__init__(X, y, likelihood)
-            self.mean = gpytorch.means.ConstantMean()
-            self.kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=X.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean(x), self.kernel(x))
-
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(dtype)
-    model = Exact(likelihood).to(dtype)
+    model = gpytorch_exact(X, y, likelihood, gpytorch.means.ConstantMean()).to(dtype)
     model.train(), likelihood.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     optim = torch.optim.Adam(model.parameters(), lr=0.05)

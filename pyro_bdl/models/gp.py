@@ -52,9 +52,7 @@ True
 from __future__ import annotations
 
 import functools
-import math
 import warnings
-import weakref
 
 import pyro
 import pyro.distributions as dist
@@ -64,129 +62,21 @@ from pyro_bdl.data.table import DataError, check_has_features
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.base import as_flag
 from pyro_bdl.inference.method import Family
-from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive, leave_one_out_moments,
-                                          predictive_moments, stable_cholesky)
-from pyro_bdl.nn.kernels import Hyper, parse_kernel
+from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProcessPredictive,
+                                          leave_one_out_moments, predictive_moments, say_jitter, stable_cholesky)
+from pyro_bdl.nn.gp_hyperparameters import (double, fixed_option, kernel_option, parse_fixed, rows_batch,
+                                            sample_hyperparameters)
+from pyro_bdl.nn.kernels import parse_kernel
 from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collapsed_leave_one_out_moments,
                                    collapsed_predictive_moments, inducing_start, whitened_projection)
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
-__all__ = ["gp", "hyperparameter_prior", "sample_hyperparameters", "parse_fixed", "kernel_option", "fixed_option", "exact_log_evidence", "JitterWarning", "ApproximationNote",
+__all__ = ["gp", "exact_log_evidence", "ApproximationNote", "choose_approximation", "check_method",
            "EXACT_MAX_ROWS", "SAMPLER_MAX_ROWS", "AUTO_EXACT_ROWS", "AUTO_COLLAPSED_ROWS", "INDUCING_POINTS"]
 
-#: The sparse approximations' default number of inducing points (Salimbeni & Deisenroth 2017 fit their UCI sparse
-#: GPs with 100; their cost grows as M^2 per row).
+#: The sparse approximations' default number of inducing points (the smaller of the two the doubly stochastic DGP
+#: repository's UCI demos use, 100 and 500; the cost grows as M^2 per row).
 INDUCING_POINTS = 100
-
-
-#: The training data's scales, per inputs tensor (weakly held: gone with it), read at every step of a fit: their sds
-#: over 50,000 rows took a third of an svgp step (benchmarks/RESULTS.md, "Gaussian processes, second part").
-_SCALES: dict = {}
-
-
-def data_scales(X: torch.Tensor, y: torch.Tensor | None) -> tuple:
-    """``(sd_y (), sd_x (d,), rms_x (d,))`` of the training rows ``X`` (n, d) and ``y`` (n,) or None (sd 1 where not
-    defined or 0), computed once per pair of tensors and kept while ``X`` lives (recomputed after an in-place
-    change of either)."""
-    key = (id(y), None if y is None else y._version, X._version)
-    kept = _SCALES.get(id(X))
-    if kept is not None and kept[0]() is X and kept[1] == key and (y is None or kept[2]() is y):
-        return kept[3]
-    with torch.no_grad():
-        one = X.new_ones(())
-        sd_y = y.std() if y is not None and len(y) > 1 and bool(y.std() > 0) else one
-        sd_x = X.std(0) if len(X) > 1 else X.new_ones(X.shape[-1])
-        sd_x = torch.where(sd_x > 0, sd_x, X.new_ones(()))
-        rms_x = (X * X).mean(0).sqrt().clamp_min(1e-6)
-    scales = (sd_y, sd_x, rms_x)
-    _SCALES[id(X)] = (weakref.ref(X, lambda _, k=id(X): _SCALES.pop(k, None)), key,
-                      (lambda: None) if y is None else weakref.ref(y), scales)
-    return scales
-
-
-def hyperparameter_prior(kind: str, per_input: bool, X: torch.Tensor, y: torch.Tensor | None):
-    """The prior of one hyperparameter of ``kind`` (module docstring), scaled by the training data ``X`` (n, d),
-    ``y`` (n,)."""
-    one = X.new_ones(())
-    sd_y, sd_x, rms_x = data_scales(X, y)
-    if kind == "noise":
-        return dist.HalfNormal(sd_y)
-    loc = {"lengthscale": (sd_x * math.sqrt(X.shape[-1])).log() if per_input else 0.0 * one, "variance": 2.0 * sd_y.log(),
-           "offset": 2.0 * sd_y.log(), "period": sd_x.mean().log(), "alpha": 0.0 * one, "bias": 0.0 * one,
-           "weight": rms_x.log()}[kind]
-    prior = dist.LogNormal(loc, one)
-    return prior.to_event(1) if per_input else prior
-
-
-def parse_fixed(text) -> dict:
-    """``"lengthscale=0.5, noise=0.1"`` (or a dict) -> ``{"lengthscale": 0.5, "noise": 0.1}``: each value a positive
-    finite number (a list ``[0.5, 2]`` or ``0.5;2`` for one per input)."""
-    if text is None or text == "":
-        return {}
-    items = text.items() if isinstance(text, dict) else (part.split("=", 1) for part in str(text).split(",") if part.strip())
-    out = {}
-    for item in items:
-        if len(item) != 2:
-            raise ValueError(f"fixed takes name=value pairs separated by commas, got {text!r}")
-        name, value = item[0].strip(), item[1]
-        values = [float(v) for v in str(value).strip("[]() ").replace(";", " ").replace(",", " ").split()] \
-            if isinstance(value, str) else [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-        if not values or not all(math.isfinite(v) and v > 0 for v in values):
-            raise ValueError(f"the fixed hyperparameter {name!r} must be positive and finite, got {value!r}")
-        out[name] = values[0] if len(values) == 1 else values
-    return out
-
-
-def sample_hyperparameters(kernel, X, y, noise, fixed, with_noise: bool = True) -> dict:
-    """Every hyperparameter's value (the kernel's, and the noise sd ``with_noise``): fixed where given (``fixed``:
-    :func:`parse_fixed`'s dict; ``noise``: a fixed noise sd or None), else a sample site under its prior scaled by the
-    training rows ``X`` (n, d) and ``y`` (n,) or None."""
-    hypers = kernel.hypers + ([Hyper("noise", "noise")] if with_noise else [])
-    names = [h.name for h in hypers]
-    unknown = sorted(set(fixed) - set(names))
-    if unknown:
-        raise ValueError(f"fixed names {', '.join(map(repr, unknown))}, not hyperparameters of this kernel "
-                         f"({', '.join(names)})")
-    values = {}
-    for h in hypers:
-        given = noise if h.name == "noise" and noise is not None else fixed.get(h.name)
-        if given is not None:
-            value = torch.as_tensor(given, dtype=X.dtype, device=X.device)
-            values[h.name] = value.expand(X.shape[-1:]) if h.per_input else value
-        else:
-            values[h.name] = pyro.sample(h.name, hyperparameter_prior(h.kind, h.per_input, X, y))
-    return values
-
-
-def _double(values: dict) -> dict:
-    return {k: v.double() for k, v in values.items()}
-
-
-def _rows_batch(values: dict, kernel) -> torch.Size:
-    """The hyperparameters' batch shape (one set per posterior draw when the predictive runs every draw at once)."""
-    per_input = {h.name for h in kernel.hypers if h.per_input}
-    return torch.broadcast_shapes(*[v.shape[:-1] if k in per_input else v.shape for k, v in values.items()])
-
-
-class JitterWarning(UserWarning):
-    """The kernel matrix needed jitter on its diagonal to factorise: the fit is of a slightly noisier model."""
-
-
-#: Jitter below this fraction of the kernel matrix's mean diagonal changes no answer a user reads: not said (a
-#: sampler's warm-up passes through vanishing noise variances, where float64 needs a little jitter).
-JITTER_SAID = 1e-6
-
-
-def _say_jitter(jitter: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor) -> None:
-    """Warn (once per run, as Python shows a warning) when more than :data:`JITTER_SAID` of the mean diagonal
-    ``scale`` was added to a finite kernel matrix."""
-    scale = scale.detach()[torch.isfinite(jitter)] if scale.dim() else scale.detach()
-    finite = jitter[torch.isfinite(jitter)]
-    if finite.numel() and bool((finite > JITTER_SAID * scale).any()):
-        warnings.warn(f"the kernel matrix needed jitter {float(finite.max()):.2g} on its diagonal to factorise "
-                      f"(noise variance {float(noise.detach().min()) ** 2:.2g}): the fit is of K + jitter I; fix a "
-                      f"larger noise (noise=...) or remove duplicate input rows to avoid it", JitterWarning,
-                      stacklevel=3)
 
 
 def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", noise: float | None = None,
@@ -199,7 +89,7 @@ def gp(X: torch.Tensor, y: torch.Tensor | None = None, kernel: str = "rbf", nois
     k = parse_kernel(kernel)
     X_train, y_train = train if train is not None else (X, y)
     values = sample_hyperparameters(k, X_train, y_train, noise, parse_fixed(fixed))
-    h = _double(values)
+    h = double(values)
     m = y_train.double().mean() if mean == "constant" and y_train is not None else X.new_zeros((), dtype=torch.float64)
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"unknown approximation {approximation!r}; choose one of: {', '.join(APPROXIMATIONS)}")
@@ -241,11 +131,11 @@ def _exact(k, h, values, m, X, y, train):
     if train is None:  # the training rows: their marginal likelihood, its gradient in closed form
         with torch.no_grad():
             L, jitter = stable_cholesky(K, strict=False)
-        _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
+        say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
         K = K + jitter[..., None, None] * torch.eye(len(Xt), dtype=torch.float64, device=X.device)
         return pyro.sample("y", GaussianProcessMarginal(m.expand(K.shape[:-1]), K, L, X.dtype), obs=y)
     L, jitter = stable_cholesky(K)
-    _say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
+    say_jitter(jitter, h["noise"], K.diagonal(dim1=-2, dim2=-1).mean(-1))
     resid = y_train.double() - m
     noise_var = h["noise"] ** 2
     if y is not None and X.shape == X_train.shape and torch.equal(X, X_train):  # each training row from the others
@@ -254,7 +144,7 @@ def _exact(k, h, values, m, X, y, train):
     else:
         Xs = X.double()
         mu, latent = predictive_moments(L, k.matrix(Xt, Xs, h), k.diagonal(Xs, h), resid, m)
-    return _predictive_site(X, y, mu, latent, noise_var, _rows_batch(values, k))
+    return _predictive_site(X, y, mu, latent, noise_var, rows_batch(values, k))
 
 
 def _collapsed(k, h, values, m, X, y, Z, train):
@@ -270,11 +160,11 @@ def _collapsed(k, h, values, m, X, y, Z, train):
     if y is not None and X.shape == X_train.shape and torch.equal(X, X_train):  # each training row from the others
         mu, var = collapsed_leave_one_out_moments(A, noise_var, resid, m)
         return _predictive_site(X, y, mu, (var - noise_var[..., None]).clamp_min(0.0), noise_var,
-                                _rows_batch(values, k))
+                                rows_batch(values, k))
     Xs = X.double()
     A_star, _ = whitened_projection(K_zz, k.matrix(Z, Xs, h), k.diagonal(Xs, h))
     mu, latent = collapsed_predictive_moments(A, noise_var, resid, A_star, k.diagonal(Xs, h), m)
-    return _predictive_site(X, y, mu, latent, noise_var, _rows_batch(values, k))
+    return _predictive_site(X, y, mu, latent, noise_var, rows_batch(values, k))
 
 
 def _svgp(k, h, values, m, X, y, Z, batch_size, train):
@@ -282,7 +172,7 @@ def _svgp(k, h, values, m, X, y, Z, batch_size, train):
     through E[log p(y_i | f_i)] (Hensman et al. 2013), on a minibatch of ``batch_size`` rows scaled to them all."""
     v = pyro.sample("inducing_values", dist.Normal(X.new_zeros(()), 1.0).expand([len(Z)]).to_event(1)).double()
     K_zz = k.matrix(Z, Z, h)
-    batch = torch.broadcast_shapes(_rows_batch(values, k), v.shape[:-1])
+    batch = rows_batch(values, k, v.shape[:-1])
     if train is not None:  # the predictive at any rows: f_i | v, then the noise
         Xs = X.double()
         A, gap = whitened_projection(K_zz, k.matrix(Z, Xs, h), k.diagonal(Xs, h))
@@ -296,18 +186,6 @@ def _svgp(k, h, values, m, X, y, Z, batch_size, train):
             mu, gap = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, gap))
         return pyro.sample("y", ExpectedLogLikelihood("normal", mu, gap, h["noise"], X.dtype),
                            obs=None if y is None else y[idx])
-
-
-def kernel_option(text: str) -> str:
-    """The ``kernel`` option as read: a clear error for a kernel that does not exist, when the option is read."""
-    parse_kernel(text)
-    return text
-
-
-def fixed_option(text: str) -> str:
-    """The ``fixed`` option as read: a clear error for a non-positive value, when the option is read."""
-    parse_fixed(text)
-    return text
 
 
 #: The most training rows the exact GP takes: its Cholesky factor costs n^3 / 3 per evaluation and n^2 memory
@@ -413,7 +291,7 @@ SPEC = register(
         notes=("Large data: up to 50,000 rows the collapsed bound under map (--inference map) is the fast and accurate "
                "choice (its held-out log-likelihood the exact GP's within its standard error in the tests); svgp under "
                "svi (minibatches, --batch-size) converges more slowly, its gradients noisy in the inducing inputs: give "
-               "it more steps, and --set jit=true (the compiled ELBO) about halves its step.  map and mle take "
+               "it more steps; --set jit=true (the compiled ELBO) shortens its step.  map and mle take "
                "--set restarts=N (prior draws as the other starts) for a multimodal marginal likelihood (periods, "
                "lengthscales).  benchmarks/RESULTS.md, \"Gaussian processes, second part\"."),
     )

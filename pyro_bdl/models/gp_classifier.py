@@ -38,8 +38,9 @@ import torch
 from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.base import as_flag
-from pyro_bdl.models.gp import INDUCING_POINTS, fixed_option, kernel_option, parse_fixed, sample_hyperparameters
+from pyro_bdl.models.gp import INDUCING_POINTS
 from pyro_bdl.models.networks import check_labels, num_classes as classes_of_labels
+from pyro_bdl.nn.gp_hyperparameters import fixed_option, kernel_option, parse_fixed, rows_batch, sample_hyperparameters
 from pyro_bdl.nn.kernels import parse_kernel
 from pyro_bdl.nn.sparse_gp import ExpectedLogLikelihood, inducing_start, latent_class_probabilities, whitened_projection
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, Task, register
@@ -47,11 +48,6 @@ from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option,
 __all__ = ["gp_classifier", "LIKELIHOODS"]
 
 LIKELIHOODS = ("bernoulli", "categorical")
-
-
-def _batch_of(values: dict, kernel, v: torch.Tensor) -> torch.Size:
-    per_input = {h.name for h in kernel.hypers if h.per_input}
-    return torch.broadcast_shapes(v.shape[:-2], *[t.shape[:-1] if k in per_input else t.shape for k, t in values.items()])
 
 
 def gp_classifier(X: torch.Tensor, y: torch.Tensor | None = None, num_classes: int | None = None, kernel: str = "rbf",
@@ -77,7 +73,7 @@ def gp_classifier(X: torch.Tensor, y: torch.Tensor | None = None, num_classes: i
     latents = 1 if likelihood == "bernoulli" else C
     v = pyro.sample("inducing_values", dist.Normal(X.new_zeros(()), 1.0).expand([latents, len(Z)]).to_event(2))
     K_zz = k.matrix(Z, Z, h)
-    batch = _batch_of(values, k, v)
+    batch = rows_batch(values, k, v.shape[:-2])
     with pyro.plate("data", X.shape[0], subsample_size=None if predictive else batch_size) as idx:
         Xb = X[idx].double()
         A, gap = whitened_projection(K_zz, k.matrix(Z, Xb, h), k.diagonal(Xb, h))  # (..., M, B), (..., B)

@@ -39,6 +39,7 @@ True
 from __future__ import annotations
 
 import math
+import warnings
 
 import pyro.distributions as dist
 import torch
@@ -46,7 +47,8 @@ from torch.distributions import constraints
 
 __all__ = ["stable_cholesky", "SingularKernelError", "GaussianProcessMarginal", "GaussianLogLikelihood",
            "GaussianProcessPredictive",
-           "predictive_moments", "leave_one_out_moments", "JITTER_START", "JITTER_MAX"]
+           "predictive_moments", "leave_one_out_moments", "JITTER_START", "JITTER_MAX", "JitterWarning",
+           "JITTER_SAID", "say_jitter"]
 
 #: The first jitter tried, as a fraction of the kernel matrix's mean diagonal (float64's reach is about 1e-15).
 JITTER_START = 1e-10
@@ -198,3 +200,24 @@ def leave_one_out_moments(L, resid, mean):
     precision = inverse.diagonal(dim1=-2, dim2=-1)
     alpha = (inverse @ resid.unsqueeze(-1)).squeeze(-1)
     return resid + mean - alpha / precision, 1.0 / precision
+
+
+class JitterWarning(UserWarning):
+    """The kernel matrix needed jitter on its diagonal to factorise: the fit is of a slightly noisier model."""
+
+
+#: Jitter below this fraction of the kernel matrix's mean diagonal changes no answer a user reads: not said (a
+#: sampler's warm-up passes through vanishing noise variances, where float64 needs a little jitter).
+JITTER_SAID = 1e-6
+
+
+def say_jitter(jitter: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor) -> None:
+    """Warn (once per run, as Python shows a warning) when more than :data:`JITTER_SAID` of the mean diagonal
+    ``scale`` was added to a finite kernel matrix."""
+    scale = scale.detach()[torch.isfinite(jitter)] if scale.dim() else scale.detach()
+    finite = jitter[torch.isfinite(jitter)]
+    if finite.numel() and bool((finite > JITTER_SAID * scale).any()):
+        warnings.warn(f"the kernel matrix needed jitter {float(finite.max()):.2g} on its diagonal to factorise "
+                      f"(noise variance {float(noise.detach().min()) ** 2:.2g}): the fit is of K + jitter I; fix a "
+                      f"larger noise (noise=...) or remove duplicate input rows to avoid it", JitterWarning,
+                      stacklevel=3)

@@ -281,7 +281,7 @@ def test_the_closed_form_gradient_and_its_derivative_are_autograds():
 
 
 def test_the_data_scales_are_kept_per_tensor_and_recomputed_when_the_data_change():
-    from pyro_bdl.models.gp import data_scales
+    from pyro_bdl.nn.gp_hyperparameters import data_scales
 
     X, y = _problem(n=20)
     first = data_scales(X, y)
