@@ -22,6 +22,7 @@ from pyro_bdl.models.gp import (AUTO_COLLAPSED_ROWS, AUTO_EXACT_ROWS, Approximat
 from pyro_bdl.nn.kernels import parse_kernel
 from pyro_bdl.nn.sparse_gp import (INDUCING_JITTER, CollapsedBound, ExpectedLogLikelihood, collapsed_predictive_moments,
                                    inducing_start, latent_class_probabilities, whitened_projection)
+from pyro_bdl.nn import sparse_gp
 from pyro_bdl.posterior.evaluation import evaluate_fit
 
 F64 = torch.float64
@@ -45,7 +46,7 @@ def _exact(X, y):
     return torch.distributions.MultivariateNormal(torch.zeros(len(X), dtype=F64), K)
 
 
-def test_the_collapsed_bound_is_the_dense_formula_and_exact_with_every_row_inducing():
+def test_the_collapsed_bound_is_the_dense_formula_and_exact_with_every_row_inducing(monkeypatch):
     X, y = _problem()
     Z = X[:7]
     A, gap = _projection(Z, X)
@@ -58,14 +59,16 @@ def test_the_collapsed_bound_is_the_dense_formula_and_exact_with_every_row_induc
     trace = (KERNEL.diagonal(X, HYPERS) - Q.diagonal()).sum() / (2 * NOISE_VAR)
     assert bound == pytest.approx(float(dense.log_prob(y) - trace), abs=1e-6)
     assert bound < float(_exact(X, y).log_prob(y))
-    A, gap = _projection(X, X)  # every row an inducing input: the bound is tight, but for K_zz's jitter
+    monkeypatch.setattr(sparse_gp, "INDUCING_JITTER", 0.0)  # K_zz as it is: the bound's own tightness, no jitter's
+    A, gap = _projection(X, X)  # every row an inducing input: the bound is tight
     assert float(CollapsedBound(torch.zeros_like(y), A, gap, NOISE_VAR, F64).log_prob(y)) == pytest.approx(
-        float(_exact(X, y).log_prob(y)), abs=1e-3)
+        float(_exact(X, y).log_prob(y)), abs=1e-6)
 
 
-def test_the_collapsed_predictive_is_the_exact_one_with_every_row_inducing():
+def test_the_collapsed_predictive_is_the_exact_one_with_every_row_inducing(monkeypatch):
     from pyro_bdl.nn.gaussian_process import predictive_moments, stable_cholesky
 
+    monkeypatch.setattr(sparse_gp, "INDUCING_JITTER", 0.0)
     X, y = _problem()
     Xs = torch.linspace(-3, 3, 11, dtype=F64)[:, None].expand(11, 2)
     A, _ = _projection(X, X)
@@ -73,8 +76,8 @@ def test_the_collapsed_predictive_is_the_exact_one_with_every_row_inducing():
     mean, var = collapsed_predictive_moments(A, NOISE_VAR, y, A_star, KERNEL.diagonal(Xs, HYPERS), 0.0)
     L, _ = stable_cholesky(KERNEL.matrix(X, X, HYPERS) + NOISE_VAR * torch.eye(len(X), dtype=F64))
     exact_mean, exact_var = predictive_moments(L, KERNEL.matrix(X, Xs, HYPERS), KERNEL.diagonal(Xs, HYPERS), y, 0.0)
-    np.testing.assert_allclose(mean, exact_mean, atol=1e-4)  # K_zz's jitter
-    np.testing.assert_allclose(var, exact_var, atol=1e-4)
+    np.testing.assert_allclose(mean, exact_mean, atol=1e-6)
+    np.testing.assert_allclose(var, exact_var, atol=1e-6)
 
 
 def test_the_uncollapsed_bound_at_its_optimal_q_is_the_collapsed_bound():
