@@ -18,7 +18,7 @@ DOCUMENTED = [
     "pyro_bdl.posterior.uncertainty", "pyro_bdl.bench.gradient_variance", "pyro_bdl.inference.guides",
     "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.gp", "pyro_bdl.nn.kernels",
     "pyro_bdl.nn.gaussian_process", "pyro_bdl.nn.sparse_gp", "pyro_bdl.nn.gp_hyperparameters", "pyro_bdl.models.gp_classifier", "pyro_bdl.models.last_layer.model",
-    "pyro_bdl.inference.compiled_elbo", "pyro_bdl.inference.local_reparam", "pyro_bdl.nn.log_uniform", "pyro_bdl.models.sparse_vd.pruning",
+    "pyro_bdl.inference.compiled_elbo", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.natural_gradient", "pyro_bdl.nn.log_uniform", "pyro_bdl.models.sparse_vd.pruning",
     "pyro_bdl.models.sparse_vd.model", "pyro_bdl.inference.optim", "pyro_bdl.cli",
     "pyro_bdl.nn.layers", "pyro_bdl.models.networks", "pyro_bdl.nn.feature_maps", "pyro_bdl.data.transforms", "pyro_bdl.inference.laplace",
     "pyro_bdl.inference.ggn",

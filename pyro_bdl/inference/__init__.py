@@ -37,6 +37,8 @@ What they share:
 * ``callbacks``: what the optimisation loop calls around every step, one protocol (``StepCallback``).
 * ``compiled_elbo``: compiled ELBOs, one trace of model, guide and ELBO replayed at every step.
 * ``local_reparam``: the local reparameterisation trick for dense and convolutional layers.
+* ``natural_gradient``: natural-gradient steps for a Gaussian site a data term is conjugate to (the sparse GP's
+  inducing values).
 * ``ggn``: the generalised Gauss-Newton Laplace of a network's weights, and its linearised network.
 * ``marginal``: per-row importance weights: the ELBO, the importance-sampled marginal likelihood, IWAE.
 * ``enumeration``: discrete latent sites summed out by enumeration.

@@ -58,6 +58,7 @@ from pyro_bdl.inference.drift import DriftRecord, DriftTracker, drift_record
 from pyro_bdl.inference.guides import MeanFieldGuide, drop_priors, make_guide
 from pyro_bdl.inference.local_reparam import LocalReparam
 from pyro_bdl.inference.method import Method, register_method
+from pyro_bdl.inference.natural_gradient import EMPTY_GUIDE, NATURAL_STEP, NaturalGradient, linked_sites, natural_step_setting
 from pyro_bdl.inference.optim import FastClippedAdam
 from pyro_bdl.inference.starts import init_to_prior_mean
 from pyro_bdl.inference.symmetry import BreakSymmetry
@@ -380,15 +381,17 @@ def guide_draws(guide, data: dict, names: list[str], num: int) -> dict:
 
 
 def _fit(model, data, guide, loss, *, steps, lr, samples, progress, desc, point=False, checkpoint=None,
-         batch_size=None, local_reparam=False, hidden=(), **adam) -> Draws:
+         batch_size=None, local_reparam=False, hidden=(), natural=None, **adam) -> Draws:
     names = [name for name in latent_sites(model, data) if name not in hidden]  # hidden: summed out, not drawn
     # minibatches: the model subsamples its data plate (and scales the likelihood by N / B)
     train = data if batch_size is None else {**data, "batch_size": int(batch_size)}
     # local reparameterisation changes training only: draws below come from the plain guide
     pair = LocalReparam().wrap(model, guide) if as_flag(local_reparam) else (model, guide)
+    if natural is not None:  # the training model records the conjugate statistics each step's update reads
+        pair = (natural.wrap(pair[0]), pair[1])
     tracker = DriftTracker(steps)
     losses = optimise(*pair, loss, train, steps=steps, lr=lr, progress=progress, desc=desc, checkpoint=checkpoint,
-                      callbacks=[tracker], **adam)
+                      callbacks=[tracker] + ([natural] if natural is not None else []), **adam)
     # is the answer still moving? (pyro_bdl.inference.drift; svi_report decides whether it warns)
     info = drift_record(tracker, model, guide, data, point=point, loss=loss)
     if point:
@@ -405,13 +408,20 @@ def _run_reparameterised(kind: str, default_guide: str, desc: str):
     in the ELBO estimator and the default guide."""
 
     def run(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
-            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, elbo="auto", **adam) -> Draws:
+            init_loc_fn=None, jit=False, vectorize=False, local_reparam=False, elbo="auto", natural_gradient="auto",
+            **adam) -> Draws:
         hidden, nesting = enumeration_of(model, data)
         loss = make_elbo(choose_elbo(elbo, kind, hidden, desc), particles=particles, jit=jit, vectorize=vectorize,
                          max_plate_nesting=nesting)
-        guide = make_guide(guide or default_guide, hiding(model, hidden), init_loc_fn)  # over the sites not summed out
-        return _fit(model, data, guide, loss, steps=steps, lr=lr, samples=samples, progress=progress, desc=desc,
-                    checkpoint=checkpoint, batch_size=batch_size, local_reparam=local_reparam, hidden=hidden, **adam)
+        natural = _natural_gradient(natural_gradient, model, data, desc, own_guide=callable(guide), jit=jit)
+        sites = list(hidden) + (list(natural) if natural else [])
+        only = natural and not [name for name in latent_sites(model, data) if name not in sites]
+        rest = (EMPTY_GUIDE if only else  # natural gradients step every latent site: nothing else to guide
+                make_guide(guide or default_guide, hiding(model, sites), init_loc_fn))  # the sites not summed out
+        natural = None if not natural else NaturalGradient(natural, rest, natural_step(natural_gradient), lr)
+        return _fit(model, data, rest if natural is None else natural.guide, loss, steps=steps, lr=lr, samples=samples,
+                    progress=progress, desc=desc, checkpoint=checkpoint, batch_size=batch_size,
+                    local_reparam=local_reparam, hidden=hidden, natural=natural, **adam)
 
     run.__name__ = run.__qualname__ = f"run_{desc.replace('-', '_')}"
     return run
@@ -419,6 +429,32 @@ def _run_reparameterised(kind: str, default_guide: str, desc: str):
 
 run_svi = _run_reparameterised("trace", "normal", "svi")
 run_svi_meanfield = _run_reparameterised("meanfield", "meanfield", "svi-meanfield")
+
+
+def natural_step(value) -> float:
+    step = natural_step_setting(value, "svi")
+    return NATURAL_STEP if step is None else step
+
+
+def _natural_gradient(value, model, data: dict, method: str, *, own_guide: bool, jit) -> dict:
+    """The sites natural gradients step (:mod:`pyro_bdl.inference.natural_gradient`): under ``"auto"`` every site
+    a data term is conjugate to, unless the user brought a guide or compiles the ELBO (whose replays run no Python
+    to record the statistics); a step asked for where it cannot be taken is an error."""
+    step = natural_step_setting(value, method)
+    if step == 0.0:
+        return {}
+    sites = linked_sites(model, data)
+    if step is None:
+        return {} if own_guide or as_flag(jit) else sites
+    if not sites:
+        raise ValueError(f"natural_gradient={value}: the model has no latent site a data term is conjugate to (a "
+                         f"distribution with a LinearGaussianLink, as the sparse GP's inducing values have); leave it "
+                         f"'auto'")
+    if own_guide or as_flag(jit):
+        raise ValueError(f"natural_gradient={value} cannot be used with "
+                         f"{'a guide object of your own' if own_guide else 'jit=true (the compiled ELBO)'}: natural gradients "
+                         f"bring their own guide of {', '.join(sites)} and read the statistics at every step in Python")
+    return sites
 
 
 def run_bbvi(model, data, *, guide=None, steps, lr, particles, samples, progress, checkpoint=None, batch_size=None,
@@ -496,7 +532,7 @@ def best_of_starts(fit_once, restarts: int, init_loc_fn, checkpoint=None) -> Dra
 
 def _register() -> None:
     common = {"steps": 2000, "lr": 0.02, "particles": 1, "samples": 1000, "batch_size": None, **ADAM_SETTINGS,
-              "jit": False, "vectorize": False, "local_reparam": False, "elbo": "auto"}
+              "jit": False, "vectorize": False, "local_reparam": False, "elbo": "auto", "natural_gradient": "auto"}
     point = {"steps": 2000, "lr": 0.02, "batch_size": None, "restarts": 1, **ADAM_SETTINGS}
     for method in (
         Method("svi", "svi", "SVI, Trace_ELBO (TraceEnum_ELBO for enumerated sites), reparameterised gradients "

@@ -31,7 +31,8 @@ N(a_i^\top v, g_i)` (:mod:`pyro_bdl.nn.sparse_gp`).  ``collapsed`` (Titsias 2009
 by :math:`\log\mathcal N(y; m, A^\top A + \sigma^2 I) - \sum_i g_i / 2\sigma^2` (every row at every step);
 ``svgp`` (Hensman et al. 2013) keeps :math:`v` as a latent site, the guide's :math:`q(v)` its posterior, and each
 row enters through :math:`\mathbb E_{f_i \mid v} \log \mathcal N(y_i; f_i, \sigma^2) = \log\mathcal N(y_i;
-a_i^\top v, \sigma^2) - g_i / 2\sigma^2`, in minibatches (``batch_size``).
+a_i^\top v, \sigma^2) - g_i / 2\sigma^2`, in minibatches (``batch_size``); linear and Gaussian in :math:`v`,
+it is conjugate to it, and ``svi`` steps :math:`q(v)` by natural gradients (:mod:`pyro_bdl.inference.natural_gradient`).
 
 The predictive at new rows conditions on the training rows (:mod:`pyro_bdl.nn.gaussian_process`):
 :math:`f_* \mid y \sim \mathcal N(m + k_*^\top K^{-1}(y - m),\ k_{**} - k_*^\top K^{-1} k_*)`, the first part of
@@ -67,7 +68,8 @@ from pyro_bdl.nn.gaussian_process import (GaussianProcessMarginal, GaussianProce
 from pyro_bdl.nn.gp_hyperparameters import (double, fixed_option, kernel_option, parse_fixed, rows_batch,
                                             sample_hyperparameters)
 from pyro_bdl.nn.kernels import parse_kernel
-from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, collapsed_leave_one_out_moments,
+from pyro_bdl.nn.sparse_gp import (CollapsedBound, ExpectedLogLikelihood, LinearGaussianLink,
+                                   collapsed_leave_one_out_moments,
                                    collapsed_predictive_moments, inducing_start, whitened_projection)
 from pyro_bdl.registry import DataContract, InferenceChoices, ModelSpec, Option, PostFit, choice, register
 
@@ -184,7 +186,10 @@ def _svgp(k, h, values, m, X, y, Z, batch_size, train):
         mu = m + (A * v.unsqueeze(-1)).sum(-2)
         if len(batch) and batch[-1] == 1:  # vectorised particles: (particles, 1, B) -> (particles, B)
             mu, gap = (t.reshape(batch[:-1] + t.shape[-1:]) for t in (mu, gap))
-        return pyro.sample("y", ExpectedLogLikelihood("normal", mu, gap, h["noise"], X.dtype),
+        # the rows' density is Gaussian and linear in v: what natural gradients for q(v) read
+        link = None if y is None else LinearGaussianLink("inducing_values", A, y[idx].double() - m,
+                                                         h["noise"] ** 2)
+        return pyro.sample("y", ExpectedLogLikelihood("normal", mu, gap, h["noise"], X.dtype, link),
                            obs=None if y is None else y[idx])
 
 
@@ -290,8 +295,9 @@ SPEC = register(
         hooks=PostFit(predictive_model=predictive_model, exact_evidence=exact_log_evidence, point_epistemic=True),
         notes=("Large data: up to 50,000 rows the collapsed bound under map (--inference map) is the fast and accurate "
                "choice (its held-out log-likelihood the exact GP's within its standard error in the tests); svgp under "
-               "svi (minibatches, --batch-size) converges more slowly, its gradients noisy in the inducing inputs: give "
-               "it more steps; --set jit=true (the compiled ELBO) shortens its step.  map and mle take "
+               "svi (minibatches, --batch-size) steps its q(v) by natural gradients (--set natural_gradient=0.1, the "
+               "default; off: Adam, which converges far more slowly); --set jit=true compiles the ELBO and turns them "
+               "off.  map and mle take "
                "--set restarts=N (prior draws as the other starts) for a multimodal marginal likelihood (periods, "
                "lengthscales).  benchmarks/RESULTS.md, \"Gaussian processes, second part\"."),
     )

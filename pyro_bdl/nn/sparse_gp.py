@@ -61,7 +61,7 @@ from pyro_bdl.nn.gaussian_process import stable_cholesky
 
 __all__ = ["inducing_start", "whitened_projection", "CollapsedBound", "collapsed_predictive_moments",
            "collapsed_leave_one_out_moments",
-           "ExpectedLogLikelihood", "latent_class_probabilities", "INDUCING_JITTER", "KMEANS_STEPS",
+           "ExpectedLogLikelihood", "LinearGaussianLink", "latent_class_probabilities", "INDUCING_JITTER", "KMEANS_STEPS",
            "GAUSS_HERMITE_NODES", "CATEGORICAL_DRAWS", "PREDICTIVE_VALUES"]
 
 #: Added to :math:`K_{zz}`'s diagonal, as a fraction of its mean, before it is factorised: inducing inputs that
@@ -172,7 +172,7 @@ def collapsed_predictive_moments(A, noise_var, resid, A_star, k_star_diag, mean)
 
 
 def collapsed_leave_one_out_moments(A, noise_var, resid, mean):
-    """Each training row's predictive from the others under the Nyström model :math:`y \sim \mathcal N(m, A^\top A
+    r"""Each training row's predictive from the others under the Nyström model :math:`y \sim \mathcal N(m, A^\top A
     + \sigma^2 I)` the collapsed bound's Gaussian part is (R&W eq. 5.12 with Woodbury: :math:`[K^{-1}]_{ii} =
     (1 - \|L_B^{-1} a_i\|^2 / \sigma^2) / \sigma^2`), in :math:`O(n M^2)`: mean (..., n) and variance (..., n) of
     :math:`y_i \mid y_{-i}`; ``A`` (..., M, n), ``noise_var`` (...), ``resid`` (..., n) y - m."""
@@ -195,12 +195,15 @@ class ExpectedLogLikelihood(dist.TorchDistribution):
 
     ``likelihood``: ``"normal"`` (``noise`` the sd :math:`\\sigma`; ``f_loc`` (..., n)), ``"bernoulli"`` (labels 0/1,
     logit link; ``f_loc`` (..., n)) or ``"categorical"`` (labels 0..C-1, softmax; ``f_loc`` and ``f_var`` (..., n,
-    C)).  ``dtype``: the data's.  :meth:`sample` draws :math:`f` then :math:`y`, the model's own generative story."""
+    C)).  ``dtype``: the data's; ``link``: the :class:`LinearGaussianLink` of a ``normal`` one whose mean is linear in
+    a latent site (what natural gradients read).  :meth:`sample` draws :math:`f` then :math:`y`, the model's own generative story."""
 
     arg_constraints = {}
 
-    def __init__(self, likelihood: str, f_loc, f_var, noise=None, dtype=torch.float32, validate_args=None):
+    def __init__(self, likelihood: str, f_loc, f_var, noise=None, dtype=torch.float32, link=None, validate_args=None):
         self.likelihood, self.f_loc, self.f_var, self.noise, self.out_dtype = likelihood, f_loc, f_var, noise, dtype
+        #: a :class:`LinearGaussianLink` where the density is Gaussian and linear in a latent site (natural gradients)
+        self.link = link
         batch = f_loc.shape[:-1] if likelihood == "categorical" else f_loc.shape
         super().__init__(batch, torch.Size(), validate_args=False)
 
@@ -213,7 +216,7 @@ class ExpectedLogLikelihood(dist.TorchDistribution):
         tail = self.f_loc.shape[-1:] if self.likelihood == "categorical" else ()
         noise = None if self.noise is None else self.noise.expand(batch_shape) if self.noise.dim() else self.noise
         return ExpectedLogLikelihood(self.likelihood, self.f_loc.expand(batch_shape + tail),
-                                     self.f_var.expand(batch_shape + tail), noise, self.out_dtype)
+                                     self.f_var.expand(batch_shape + tail), noise, self.out_dtype, self.link)
 
     def log_prob(self, value):
         mu, var = self.f_loc, self.f_var
@@ -242,8 +245,38 @@ class ExpectedLogLikelihood(dist.TorchDistribution):
             return torch.distributions.Categorical(logits=f).sample().to(self.out_dtype)
 
 
+class LinearGaussianLink:
+    r"""What makes a data term conjugate to a Gaussian latent site: as a function of the site's value :math:`v` (M,)
+    it is :math:`\sum_i \log\mathcal N(r_i;\ w_i^\top v,\ \sigma^2)` plus terms free of :math:`v`, so that its
+    natural-parameter statistics are :math:`(\sum_i w_i r_i / \sigma^2,\ \sum_i w_i w_i^\top / \sigma^2)`.
+
+    ``site``: the latent site's name; ``weights`` (..., M, n) the :math:`w_i` as columns; ``residual`` (..., n) the
+    :math:`r_i` (the rows' targets less the part of the mean free of :math:`v`); ``noise_var`` (...) :math:`\sigma^2`;
+    leading dimensions are draws (particles, hyperparameters) and are averaged over.
+
+    >>> w = torch.eye(2, dtype=torch.float64); link = LinearGaussianLink("v", w, torch.ones(2, dtype=torch.float64),
+    ...                                                                   torch.tensor(0.5, dtype=torch.float64))
+    >>> shift, precision = link.statistics(scale=1.0)
+    >>> shift.tolist(), precision.diagonal().tolist()
+    ([2.0, 2.0], [2.0, 2.0])
+    """
+
+    def __init__(self, site: str, weights: torch.Tensor, residual: torch.Tensor, noise_var: torch.Tensor):
+        self.site, self.weights, self.residual, self.noise_var = site, weights, residual, noise_var
+
+    @torch.no_grad()
+    def statistics(self, scale: float = 1.0):
+        """``(shift (M,), precision (M, M))``: the rows' contribution to :math:`q(v)`'s precision-times-mean and
+        precision, times ``scale`` (a minibatch's N / B), averaged over the leading draw dimensions."""
+        W, s2 = self.weights, self.noise_var[..., None]
+        shift = (W * (self.residual / s2).unsqueeze(-2)).sum(-1)
+        precision = (W / s2.unsqueeze(-1)) @ W.transpose(-1, -2)
+        M = W.shape[-2]
+        return scale * shift.reshape(-1, M).mean(0), scale * precision.reshape(-1, M, M).mean(0)
+
+
 def latent_class_probabilities(likelihood: str, f_loc, f_var) -> torch.Tensor:
-    """Each row's predictive class probabilities (..., n, C), the latent values integrated out: :math:`\mathbb
+    r"""Each row's predictive class probabilities (..., n, C), the latent values integrated out: :math:`\mathbb
     E[\sigma(f)]` by Gauss-Hermite (``"bernoulli"``, ``f_loc`` (..., n); C = 2) or :math:`\mathbb
     E[\mathrm{softmax}(f)]` (``"categorical"``, (..., n, C)) by Monte Carlo draws from a generator of its own (the same
     answer at every call; the fit's random streams untouched), as many as :data:`PREDICTIVE_VALUES` values allow, from
