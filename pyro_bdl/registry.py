@@ -128,6 +128,8 @@ class InferenceChoices:
     method_kwargs : inference method -> extra runner arguments only the model can supply (which sites MC dropout
         drops).
     init_loc_fn : where optimisation-based methods start (a Pyro init strategy); None keeps each guide's default.
+    default_method : the method a fit runs when none is named (None: :data:`~pyro_bdl.inference.method.DEFAULT_METHOD`
+        where it suits the model, else the first that does), for a model whose default would be slow or poor.
 
     The keys of ``default_guides``, ``method_defaults`` and ``method_kwargs`` are checked against the method table
     when the model registers (:func:`register`): a misspelt method or setting is an error, not ignored.
@@ -139,6 +141,7 @@ class InferenceChoices:
     method_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     method_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     init_loc_fn: Callable | None = None
+    default_method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,8 +226,11 @@ class ModelSpec:
 
     @property
     def default_method(self) -> str:
-        """The method a fit of this model runs when none is named: :data:`~pyro_bdl.inference.method.DEFAULT_METHOD`
-        where it suits the model, else the first that does."""
+        """The method a fit of this model runs when none is named: the model's own choice
+        (:attr:`InferenceChoices.default_method`), else :data:`~pyro_bdl.inference.method.DEFAULT_METHOD` where it
+        suits the model, else the first that does."""
+        if self.inference.default_method is not None:
+            return self.inference.default_method
         methods = self.methods
         return DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[0]
 
@@ -341,6 +347,10 @@ def _check_method_keys(spec: ModelSpec) -> None:
             if not METHODS[name].suits(choices.traits):
                 raise ValueError(f"model '{spec.name}' declares {field_name} for '{name}', a method that does not suit "
                                  f"it (traits: {', '.join(sorted(choices.traits))})")
+    if choices.default_method is not None and (choices.default_method not in METHODS or
+                                               not METHODS[choices.default_method].suits(choices.traits)):
+        raise ValueError(f"model '{spec.name}' declares default_method '{choices.default_method}', which is not an "
+                         f"inference method that suits it; its methods: {', '.join(spec.methods)}")
     for name, settings in choices.method_defaults.items():
         try:
             METHODS[name].resolve_settings(settings)

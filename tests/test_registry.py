@@ -138,6 +138,7 @@ def test_learned_parameters_are_saved_with_the_fit_and_restored(tmp_path):
     ({"method_defaults": {"svi": {"lr": -1}}}, r"method_defaults\['svi'\]: setting 'lr' of inference 'svi' must be"),
     ({"method_kwargs": {"mc-dropout": {}}}, "method_kwargs for 'mc-dropout', a method that does not suit it"),
     ({"default_guides": {"nuts": "normal"}}, "a default guide for 'nuts', which takes no guide"),
+    ({"default_method": "nust"}, "declares default_method 'nust', which is not an inference method that suits it"),
 ])
 def test_method_keyed_choices_are_checked_when_a_model_registers(choices, message):
     """A misspelt method or setting in a model's choices is an error at registration (it was silently ignored)."""
@@ -159,6 +160,8 @@ def test_every_zoo_model_declares_a_task_and_a_default_method():
     assert pyro_bdl.get_model("blr").default_method == "nuts"
     assert pyro_bdl.get_model("vae").default_method == "svi"  # SVI, as the lecture and Pyro call it, which on a
     assert pyro_bdl.get_model("vae").runs_as("svi") == "svi-amortised"  # model with its own encoder is the minibatch loop
+    assert pyro_bdl.get_model("gp-classifier").default_method == "svi"  # its own choice: nuts would take minutes
+
 
 
 def test_sites_of_one_model_after_another_with_parameters_of_the_same_names():

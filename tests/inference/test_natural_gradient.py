@@ -54,3 +54,29 @@ def test_a_model_with_no_conjugate_site_refuses_them_and_fits_as_before_under_au
     auto, off = (pyro_bdl.fit("gp", data, inference="svi", steps=30, samples=20, natural_gradient=v, progress=False)
                  for v in ("auto", "off"))
     assert torch.equal(auto.samples["noise"], off.samples["noise"])
+
+
+@pytest.mark.filterwarnings("ignore::pyro_bdl.ConvergenceWarning")
+def test_ctrl_c_then_resume_ends_where_the_uninterrupted_run_ends(monkeypatch, tmp_path):
+    from pyro_bdl.inference import svi as svi_module
+
+    data, ck = _data(120), tmp_path / "checkpoint.pt"
+    kw = dict(inference="svi", options={"approximation": "svgp", "inducing": 8}, steps=40, batch_size=30, samples=10,
+              progress=False, seed=2)
+    reference = pyro_bdl.fit("gp", data, **kw)
+    real, count = svi_module.SVI.step, {"n": 0}
+
+    def step_then_stop(self, *args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 17:
+            raise KeyboardInterrupt()
+        return real(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(svi_module.SVI, "step", step_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            pyro_bdl.fit("gp", data, checkpoint=ck, **kw)
+    resumed = pyro_bdl.fit("gp", data, checkpoint=ck, **kw)
+    for name in reference.samples:
+        assert torch.equal(reference.samples[name], resumed.samples[name]), name
+    assert torch.equal(torch.as_tensor(reference.losses), torch.as_tensor(resumed.losses))
