@@ -203,7 +203,8 @@ def main(argv=None) -> None:
 
         print(f"| {n} | {ours:.4f} | {cell(default)} | {cell(exact)} | {ratio(default)} | {ratio(exact)} |", flush=True)
     if args.sparse_rows:
-        print(f"\n| rows | batch | inducing | zoo svgp s/epoch | zoo svgp, jit=true, s/epoch | GPyTorch SVGP s/epoch "
+        print(f"\n| rows | batch | inducing | zoo svgp (natural gradients) s/epoch | zoo svgp, jit=true (Adam), s/epoch "
+              f"| GPyTorch SVGP (Adam) s/epoch "
               f"| zoo / GPyTorch | zoo jit / GPyTorch |")
         print("|---|---|---|---|---|---|---|---|")
     for n in args.sparse_rows:
