@@ -656,3 +656,12 @@ def test_gp_marginal_likelihood_prints_a_row_per_problem(tmp_path):
     out = run_script("benchmarks/gp_marginal_likelihood.py", "--problems", "1", "--restarts", "2", "--steps", "30",
                      "--rows", "20", cwd=tmp_path)
     assert "| sine n=20 d=1 noise=0.05 |" in out, out
+
+
+@pytest.mark.slow
+def test_gp_natural_gradient_prints_a_row_per_problem(tmp_path):
+    out = run_script("benchmarks/gp_natural_gradient.py", "--problems", "1", "--rows", "300", "--steps", "40",
+                     "--batch-size", "100", "--inducing", "10", "--steps-list", "off,0.1", cwd=tmp_path)
+    row = next(line for line in out.splitlines() if line.startswith("| sine n=300 d=1 noise=0.05 |"))
+    cells = row.strip("|").split("|")[1:]
+    assert len(cells) == 3 and all(math.isfinite(float(c.split()[0])) for c in cells), row
