@@ -44,6 +44,7 @@ from pyro_bdl.storage.paths import FitDirectoryError, OutputPathError
 from pyro_bdl.workflows.evidence import evidence
 from pyro_bdl.workflows.sbc import sbc
 from pyro_bdl.workflows.active_learning import active_learning
+from pyro_bdl.workflows.bandit import bandit
 from pyro_bdl.workflows.compare import compare
 
 from pyro_bdl import models  # noqa: E402,F401  (last: the zoo registers itself with the engine above)
@@ -74,5 +75,6 @@ __all__ = [
     "ProgramFailure",
     "sbc",
     "active_learning",
+    "bandit",
     "compare",
 ]

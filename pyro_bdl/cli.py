@@ -1,5 +1,5 @@
-"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn | compare | bench uci`` (a thin
-layer over the Python API).
+"""Command line: ``pyro-bdl list | describe | fit | predict | sample | active-learn | bandit | compare | bench uci``
+(a thin layer over the Python API).
 
 Bad input (unknown model, method or option; a CSV with NaN, a missing column, an empty
 file; labels out of range) prints ``pyro-bdl: error: ...`` naming the problem and exits 2,
@@ -35,6 +35,8 @@ from pyro_bdl.storage.interrupts import handling, raise_interrupt
 from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_file, remove_stale
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
+from pyro_bdl.workflows.bandit import Agent, compare_agents, plot_regret, regret_table
+from pyro_bdl.data.bandit import load_reward_table
 from pyro_bdl.workflows.compare import compare
 from pyro_bdl.workflows.comparison import check_report_folder
 from pyro_bdl.bench.uci import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
@@ -239,6 +241,42 @@ def _cmd_active_learn(args) -> None:
         print(f"{name}: {metric} {values.mean():.4g} (over {len(values)} seeds) at {int(history['labelled'].max())} "
               f"labels")
     print(f"wrote history.csv, learning_curve.png to {out}")
+
+
+def _cmd_bandit(args) -> None:
+    """Run every agent of ``--agents`` on the reward table of ``--data`` (:mod:`pyro_bdl.workflows.bandit`)."""
+    spec = get_model(args.model)
+    check_out_dir(args.out, force=args.force)
+    out = Path(args.out)
+    if (out / "history.csv").exists() and not args.force:
+        raise OutputPathError(f"--out {out}: already holds a bandit run (history.csv); choose another directory, "
+                              "or pass --force to replace it")
+    options = parse_key_values(args.option, "--option")
+    spec.resolve_options(options)
+    common, per_method = {}, {}
+    for key, value in parse_key_values(args.set, "--set").items():
+        method, sep, name = key.partition(".")
+        if sep and not name:
+            raise ValueError(f"--set takes KEY=VALUE or METHOD.KEY=VALUE (e.g. svi.samples=100), got {key}={value}")
+        (per_method.setdefault(method, {}).__setitem__(name, value) if sep else common.__setitem__(key, value))
+    agents = [Agent.parse(a) for a in args.agents.split(",") if a.strip()]
+    agents = [Agent(a.inference, a.policy, a.epsilon, per_method.get(a.inference, {})) for a in agents]
+    table = load_reward_table(args.data)
+    history = compare_agents(spec.name, table, agents, seeds=range(args.seed, args.seed + args.seeds),
+                             workers=args.jobs, progress=not args.no_progress, interactions=args.interactions,
+                             buffer=args.buffer, update_every=args.update_every, options=options,
+                             checkpoint=out / "checkpoint-{agent}-{seed}.jsonl", **common)
+    atomic_write_text(out / "history.csv", history.to_csv(index=False))
+    import matplotlib.pyplot as plt
+
+    ax = plot_regret(history)
+    ax.set_title(f"{table.name}: {spec.name}, {args.interactions} steps")
+    atomic_write(out / "regret.png", lambda path: ax.figure.savefig(path, format="png", dpi=120, bbox_inches="tight"))
+    plt.close(ax.figure)
+    for agent, row in regret_table(history).iterrows():
+        print(f"{agent}: cumulative regret {row['mean']:.4g} (over {args.seeds} seed(s)) after {int(row['steps'])} "
+              f"steps")
+    print(f"wrote history.csv, regret.png to {out}")
 
 
 def _cmd_compare(args) -> None:
@@ -464,6 +502,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into an --out directory that holds a fit")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(run=_cmd_active_learn)
+
+    p = sub.add_parser("bandit", help="a contextual bandit: Thompson sampling on the posterior against greedy agents")
+    p.add_argument("model", nargs="?", default="bnn-regressor", help="the reward model (default bnn-regressor)")
+    p.add_argument("--data", required=True, help="the reward table: the UCI Mushroom file (agaricus-lepiota.data) or "
+                                                 "an .npz with contexts, rewards (and probabilities)")
+    p.add_argument("--agents", default="svi,map:greedy,map:epsilon=0.05",
+                   help="comma-separated METHOD[:thompson|:greedy|:epsilon=P] (default svi,map:greedy,"
+                        "map:epsilon=0.05)")
+    p.add_argument("--interactions", type=int, default=50_000, help="bandit steps (50000)")
+    p.add_argument("--buffer", type=int, default=4096, help="the most recent interactions a refit sees (4096)")
+    p.add_argument("--update-every", type=int, default=1000, help="refit every this many steps, after the "
+                                                                  "doubling from step 16 (1000)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per agent, seeds --seed, --seed + 1, ... (1)")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes (1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--set", action="append", metavar="[METHOD.]KEY=VALUE",
+                   help="refit setting for every agent, or for one method's (svi.samples=100)")
+    p.add_argument("--out", required=True, help="output directory (history.csv, regret.png)")
+    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a run")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(run=_cmd_bandit)
 
     _add_compare_parser(sub)
     _add_bench_parser(sub)
