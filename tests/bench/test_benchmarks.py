@@ -665,3 +665,16 @@ def test_gp_natural_gradient_prints_a_row_per_problem(tmp_path):
     row = next(line for line in out.splitlines() if line.startswith("| sine n=300 d=1 noise=0.05 |"))
     cells = row.strip("|").split("|")[1:]
     assert len(cells) == 3 and all(math.isfinite(float(c.split()[0])) for c in cells), row
+
+
+@pytest.mark.slow
+def test_bandit_mushroom_writes_the_regret_table(tmp_path):
+    data = tmp_path / "agaricus-lepiota.data"
+    data.write_text("".join(f"{'ep'[i % 2]},{'xbs'[i % 3]},{'yn'[i // 3 % 2]}\n" for i in range(30)))
+    out = run_script("benchmarks/bandit_mushroom.py", "--data", str(data), "--interactions", "80", "--seeds", "0",
+                     "--steps", "20", "--samples", "10", "--update-every", "32", "--hidden", "8", "--jobs", "1",
+                     "--every", "40", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert "| svi thompson | 80 |" in out and "| map epsilon-greedy 5% | 80 |" in out, out
+    assert (tmp_path / "out" / "regret.png").stat().st_size > 0
+    rows = pd.read_csv(tmp_path / "out" / "regret.csv")
+    assert len(rows) == 4 * 2 and set(rows["step"]) == {39, 79}
