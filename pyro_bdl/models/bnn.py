@@ -13,7 +13,7 @@ with either prior
   scale does not grow with width), :math:`b_{\ell,i} \sim \mathcal N(0, s^2)`;
 * ``scale-mixture`` (Blundell et al. 2015, Eq. 7):
   :math:`\pi\,\mathcal N(0, \sigma_1^2) + (1 - \pi)\,\mathcal N(0, \sigma_2^2)` with
-  :math:`\pi = 1/2, \sigma_1 = 1, \sigma_2 = e^{-6}`.
+  :math:`\pi = 1/2, \sigma_1 = 1, \sigma_2 = e^{-6}` by default (option ``mixture``).
 
 Likelihoods: regression :math:`y \sim \mathcal N(f(x), \sigma^2)` with :math:`\sigma` fixed (option
 ``noise``) or :math:`\sigma \sim \mathrm{HalfNormal}(1)`; heteroscedastic regression, where the net has
@@ -43,20 +43,21 @@ import torch.nn.functional as F
 
 from pyro_bdl.inference import Domain
 from pyro_bdl.models.networks import NETWORK_INFERENCE, NOISE_INIT, network_data
-from pyro_bdl.nn.layers import ACTIVATIONS, PRIORS, forward, hidden_widths, per_example, sample_layers
+from pyro_bdl.nn.layers import (ACTIVATIONS, PRIORS, SCALE_MIXTURE, forward, hidden_widths, mixture_parameters,
+                                per_example, sample_layers)
 from pyro_bdl.registry import ModelSpec, Option, register
 
 __all__ = ["bnn_regressor", "bnn_classifier", "IN_BETWEEN"]
 
 
 def bnn_regressor(X, y=None, hidden=(50,), activation="relu", prior="normal", prior_scale=2.0,
-                  likelihood="homoscedastic", noise=None, batch_size=None):
+                  likelihood="homoscedastic", noise=None, batch_size=None, mixture=SCALE_MIXTURE):
     """BNN regression. ``X``: (n, d), ``y``: (n,). Returns y (n,) (or the minibatch's)."""
     hidden = hidden_widths(hidden)
     if likelihood not in ("homoscedastic", "heteroscedastic"):
         raise ValueError(f"unknown likelihood '{likelihood}'; choose homoscedastic or heteroscedastic")
     outputs = 2 if likelihood == "heteroscedastic" else 1
-    layers = sample_layers(X.shape[-1], (*hidden, outputs), prior, prior_scale, X)
+    layers = sample_layers(X.shape[-1], (*hidden, outputs), prior, prior_scale, X, mixture)
     if likelihood == "homoscedastic":
         # sigma ~ HalfNormal(1) (targets are standardised), unless the noise is fixed
         sigma = pyro.sample("sigma", dist.HalfNormal(X.new_ones(()))) if noise is None else noise
@@ -71,12 +72,12 @@ def bnn_regressor(X, y=None, hidden=(50,), activation="relu", prior="normal", pr
 
 
 def bnn_classifier(X, y=None, num_classes=None, hidden=(50,), activation="relu", prior="normal", prior_scale=8.0,
-                   batch_size=None):
+                   batch_size=None, mixture=SCALE_MIXTURE):
     """BNN classification. ``X``: (n, d), ``y``: (n,) integer labels in [0, num_classes)."""
     hidden = hidden_widths(hidden)
     if num_classes is None:
         raise ValueError("bnn_classifier needs num_classes")
-    layers = sample_layers(X.shape[-1], (*hidden, int(num_classes)), prior, prior_scale, X)
+    layers = sample_layers(X.shape[-1], (*hidden, int(num_classes)), prior, prior_scale, X, mixture)
     with pyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
         logits = per_example(forward(X[idx], layers, activation))
         # y_i ~ Categorical(softmax(f(x_i)))
@@ -118,6 +119,8 @@ _COMMON = {
     "activation": Option("relu", f"one of {', '.join(ACTIVATIONS)}", str),
     "prior": Option("normal", f"one of {', '.join(PRIORS)}: normal (sd prior_scale / sqrt(fan_in)) or Blundell's "
                     "scale mixture", str),
+    "mixture": Option(SCALE_MIXTURE, "the scale mixture's pi,sigma1,sigma2 (prior=scale-mixture; Blundell et al.'s "
+                      "pi = 1/2, sigma1 = 1, sigma2 = exp(-6) by default)", mixture_parameters),
 }
 # The prior scale s: 2 for regression (wiggly enough for sine and the UCI files), 8 for classification (the
 # logit scale: s = 1 leaves digits underconfident).  Measurements: benchmarks/RESULTS.md, "Prior scales".

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from pyro.poutine.runtime import effectful
 
-__all__ = ["ACTIVATIONS", "PRIORS", "SCALE_MIXTURE", "CenteredNormal", "ScaleMixtureNormal", "sample_layers", "dense",
+__all__ = ["ACTIVATIONS", "PRIORS", "SCALE_MIXTURE", "mixture_parameters", "CenteredNormal", "ScaleMixtureNormal", "sample_layers", "dense",
            "conv2d", "forward", "per_example", "hidden_widths"]
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid}
@@ -122,11 +122,11 @@ def _zeros(shape, like: torch.Tensor) -> torch.Tensor:
     return zeros
 
 
-def _prior(kind: str, scale: float, shape, like: torch.Tensor):
+def _prior(kind: str, scale: float, shape, like: torch.Tensor, mixture=SCALE_MIXTURE):
     if kind == "normal":
         return CenteredNormal(scale, shape, like).to_event(len(shape))
     if kind == "scale-mixture":
-        pi, s1, s2 = SCALE_MIXTURE
+        pi, s1, s2 = mixture
         return ScaleMixtureNormal(_zeros(shape, like), pi, s1, s2).to_event(len(shape))
     raise ValueError(f"unknown prior '{kind}'; choose one of: {', '.join(PRIORS)}")
 
@@ -134,16 +134,35 @@ def _prior(kind: str, scale: float, shape, like: torch.Tensor):
 PRIORS = ("normal", "scale-mixture")
 
 
-def sample_layers(d_in: int, widths, prior: str = "normal", prior_scale: float = 1.0, like=None) -> list:
-    """Sample every layer's (W, b): W_l (out, in), b_l (out,)."""
+def mixture_parameters(value) -> tuple:
+    """The scale mixture's ``(pi, sigma1, sigma2)`` from a sequence or text ``"0.5,1,0.0025"``; 0 < pi < 1 and
+    both scales positive and finite.
+
+    >>> mixture_parameters("0.25, 1, 0.001")
+    (0.25, 1.0, 0.001)
+    """
+    parts = [v for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+    try:
+        pi, s1, s2 = (float(v) for v in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"mixture takes three numbers pi,sigma1,sigma2 (e.g. 0.5,1,0.0025), got {value!r}") from None
+    if not 0 < pi < 1 or not all(0 < s < math.inf for s in (s1, s2)):
+        raise ValueError(f"mixture: pi must be in (0, 1) and sigma1, sigma2 positive and finite, got {value!r}")
+    return pi, s1, s2
+
+
+def sample_layers(d_in: int, widths, prior: str = "normal", prior_scale: float = 1.0, like=None,
+                  mixture=SCALE_MIXTURE) -> list:
+    """Sample every layer's (W, b): W_l (out, in), b_l (out,); ``mixture``: the scale mixture's (pi, sigma1,
+    sigma2)."""
     like = torch.zeros(()) if like is None else like
     layers = []
     sizes = [d_in, *widths]
     for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         # W_l ~ p(W), sd s / sqrt(fan_in) under the normal prior;  b_l ~ p(b)
         w_scale = prior_scale / math.sqrt(fan_in) if prior == "normal" else 1.0
-        W = pyro.sample(f"layer{layer}.weight", _prior(prior, w_scale, (fan_out, fan_in), like))
-        b = pyro.sample(f"layer{layer}.bias", _prior(prior, prior_scale, (fan_out,), like))
+        W = pyro.sample(f"layer{layer}.weight", _prior(prior, w_scale, (fan_out, fan_in), like, mixture))
+        b = pyro.sample(f"layer{layer}.bias", _prior(prior, prior_scale, (fan_out,), like, mixture))
         layers.append((W, b))
     return layers
 

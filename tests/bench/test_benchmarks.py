@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from support.toy_uci import write_uci
 
 from pyro_bdl.bench.uci import run_split
@@ -678,3 +679,40 @@ def test_bandit_mushroom_writes_the_regret_table(tmp_path):
     assert (tmp_path / "out" / "regret.png").stat().st_size > 0
     rows = pd.read_csv(tmp_path / "out" / "regret.csv")
     assert len(rows) == 4 * 2 and set(rows["step"]) == {39, 79}
+
+
+@pytest.mark.slow
+def test_bbb_mnist_chooses_the_priors_and_prunes_by_signal_to_noise(tmp_path, monkeypatch):
+    """benchmarks/bbb_mnist.py on 300 made-up 28x28 images: the validation table, a row per net and prior with an
+    error per pruned fraction, the figure; and its pruning zeroes the requested share of the entries, those of
+    lowest |mu| / sigma."""
+    rng = np.random.default_rng(0)
+    labels = np.arange(300) % 10
+    images = rng.integers(0, 60, size=(300, 28, 28))
+    for i, label in enumerate(labels):
+        images[i, 2 * label:2 * label + 8, 4:20] = 255
+    (tmp_path / "mnist").mkdir()
+    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", images)
+    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", labels)
+    out = run_script("benchmarks/bbb_mnist.py", "--data", str(tmp_path / "mnist"), "--nets", "16", "--epochs", "2",
+                     "--grid-epochs", "1", "--validation", "40", "--batch-size", "60", "--samples", "4",
+                     "--out", str(tmp_path / "out"), cwd=tmp_path)
+    for prior in ("normal", "scale-mixture"):
+        row = next(line for line in out.splitlines() if line.startswith(f"| 2 x 16 | {prior} |"))
+        assert len(row.strip("|").split("|")) == 9, row
+    assert "Chosen: normal: " in out and (tmp_path / "out" / "snr.png").stat().st_size > 0
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bbb_mnist_benchmark", ROOT / "benchmarks" / "bbb_mnist.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Fit:
+        samples: dict
+        report: dict
+
+    snr = {"w": torch.arange(10.0).reshape(2, 5), "b": torch.arange(10.0, 15.0)}
+    half = bench.pruned(Fit({"w": torch.ones(1, 3, 2, 5), "b": torch.ones(1, 3, 5)}, {}), snr, 0.6)
+    assert half.samples["w"][0, 0].flatten().tolist() == [0.0] * 9 + [1.0]  # the 9 of 15 lowest: all in w
+    assert half.samples["b"][0, 2].tolist() == [1.0] * 5

@@ -227,6 +227,25 @@ def test_scale_mixture_prior_density_and_moments():
     assert torch.isfinite(result.samples["layer0.weight"]).all()
 
 
+def test_the_scale_mixtures_parameters_are_an_option_the_prior_uses():
+    """``mixture=pi,sigma1,sigma2`` reaches every layer's prior: the model's log density of its weights is the
+    mixture's with those parameters; out-of-range values are refused naming the option."""
+    from pyro_bdl.models.bnn import bnn_classifier
+
+    X = torch.randn(4, 3)
+    trace = pyro.poutine.trace(bnn_classifier).get_trace(X, num_classes=2, hidden=(5,), prior="scale-mixture",
+                                                         mixture=(0.25, 2.0, 0.01))
+    w = trace.nodes["layer0.weight"]["value"]
+    mixed = torch.logaddexp(torch.distributions.Normal(0, 2.0).log_prob(w) + math.log(0.25),
+                            torch.distributions.Normal(0, 0.01).log_prob(w) + math.log(0.75))
+    torch.testing.assert_close(trace.nodes["layer0.weight"]["fn"].log_prob(w), mixed.sum())
+    spec = pyro_bdl.get_model("bnn-regressor")
+    assert spec.resolve_options({"prior": "scale-mixture", "mixture": "0.75,1,0.001"})["mixture"] == (0.75, 1.0, 0.001)
+    for bad in ("0,1,1", "0.5,1", "0.5,1,-2", "a,b,c"):
+        with pytest.raises(ValueError, match="mixture"):
+            spec.resolve_options({"mixture": bad})
+
+
 @pytest.mark.slow  # a statistical check at the defaults: 20 s
 def test_heteroscedastic_net_learns_noise_that_grows_with_x():
     """y = sin(3x) + (0.05 + 0.3 |x|) eps: the heteroscedastic likelihood's aleatoric sd follows the
