@@ -36,7 +36,7 @@ from pyro_bdl.storage.paths import OutputPathError, check_out_dir, check_out_fil
 from pyro_bdl.store import load_fit, write_fit
 from pyro_bdl.workflows.active_learning import compare_acquisitions, plot_learning_curves
 from pyro_bdl.workflows.bandit import Agent, compare_agents, plot_regret, regret_table
-from pyro_bdl.data.bandit import load_reward_table
+from pyro_bdl.data.reward_files import load_reward_table
 from pyro_bdl.workflows.compare import compare
 from pyro_bdl.workflows.comparison import check_report_folder
 from pyro_bdl.bench.uci import DEFAULT_METHODS as UCI_METHODS, entries_text, split_entries
@@ -396,6 +396,59 @@ def _cmd_sample(args) -> None:
     print(f"wrote {args.num} new rows from the prior of {args.fit_dir} to {args.out}")
 
 
+def _add_active_learn_parser(sub) -> None:
+    p = sub.add_parser("active-learn", help="label a pool batch by batch, the rows chosen by the posterior (BALD, ...)")
+    p.add_argument("model")
+    p.add_argument("--data", help="the pool: a CSV file (its --target column revealed only when a row is acquired) "
+                                  "or an embedded data set name (default: the model's own)")
+    p.add_argument("--target", help="the label column of the CSV files")
+    p.add_argument("--test", help="held-out CSV with labels (default: --test-fraction of the pool)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="held out from the pool when no --test (0.2)")
+    p.add_argument("--inference", "-i", default="mc-dropout", help="inference method (default mc-dropout)")
+    p.add_argument("--acquisition", help="comma-separated acquisitions (default bald,random; for a regression "
+                                         "variance,random): bald, entropy, variation-ratios, mean-std, variance, "
+                                         "epistemic-variance, random")
+    p.add_argument("--initial", type=int, default=20, help="rows labelled first (balanced over classes; 20)")
+    p.add_argument("--batch", type=int, default=10, help="rows acquired per round (10)")
+    p.add_argument("--rounds", type=int, default=10, help="acquisition rounds (10)")
+    p.add_argument("--batch-mode", default="top", help="top (the highest scores) or stochastic (sampled in "
+                                                      "proportion to them)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per acquisition, seeds --seed, --seed + 1, ... (1)")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes, one torch thread "
+                                                       "each (1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="inference setting, e.g. --set steps=1000")
+    p.add_argument("--out", required=True, help="output directory (history.csv, learning_curve.png)")
+    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a fit")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(run=_cmd_active_learn)
+
+
+def _add_bandit_parser(sub) -> None:
+    p = sub.add_parser("bandit", help="a contextual bandit: Thompson sampling on the posterior against greedy agents")
+    p.add_argument("model", help="the reward model: a zoo regressor (pyro-bdl list)")
+    p.add_argument("--data", required=True, help="the reward table: the UCI Mushroom file (agaricus-lepiota.data) or "
+                                                 "an .npz with contexts, rewards (and probabilities)")
+    p.add_argument("--agents", default="svi,map:greedy,map:epsilon=0.05",
+                   help="comma-separated METHOD[:thompson|:greedy|:epsilon=P] (default svi,map:greedy,"
+                        "map:epsilon=0.05)")
+    p.add_argument("--interactions", type=int, default=50_000, help="bandit steps (50000)")
+    p.add_argument("--buffer", type=int, default=4096, help="the most recent interactions a refit sees (4096)")
+    p.add_argument("--update-every", type=int, default=1000, help="refit every this many steps, after the "
+                                                                  "doubling from step 16 (1000)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per agent, seeds --seed, --seed + 1, ... (1)")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes (1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
+    p.add_argument("--set", action="append", metavar="[METHOD.]KEY=VALUE",
+                   help="refit setting for every agent, or for one method's (svi.samples=100)")
+    p.add_argument("--out", required=True, help="output directory (history.csv, regret.png)")
+    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a run")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(run=_cmd_bandit)
+
+
 def _add_compare_parser(sub) -> None:
     """``pyro-bdl compare``'s arguments."""
     p = sub.add_parser("compare", help="which inference method: fit several and compare them with a reference "
@@ -476,54 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_cmd_sample)
 
-    p = sub.add_parser("active-learn", help="label a pool batch by batch, the rows chosen by the posterior (BALD, ...)")
-    p.add_argument("model")
-    p.add_argument("--data", help="the pool: a CSV file (its --target column revealed only when a row is acquired) "
-                                  "or an embedded data set name (default: the model's own)")
-    p.add_argument("--target", help="the label column of the CSV files")
-    p.add_argument("--test", help="held-out CSV with labels (default: --test-fraction of the pool)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held out from the pool when no --test (0.2)")
-    p.add_argument("--inference", "-i", default="mc-dropout", help="inference method (default mc-dropout)")
-    p.add_argument("--acquisition", help="comma-separated acquisitions (default bald,random; for a regression "
-                                         "variance,random): bald, entropy, variation-ratios, mean-std, variance, "
-                                         "epistemic-variance, random")
-    p.add_argument("--initial", type=int, default=20, help="rows labelled first (balanced over classes; 20)")
-    p.add_argument("--batch", type=int, default=10, help="rows acquired per round (10)")
-    p.add_argument("--rounds", type=int, default=10, help="acquisition rounds (10)")
-    p.add_argument("--batch-mode", default="top", help="top (the highest scores) or stochastic (sampled in "
-                                                      "proportion to them)")
-    p.add_argument("--seeds", type=int, default=1, help="runs per acquisition, seeds --seed, --seed + 1, ... (1)")
-    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes, one torch thread "
-                                                       "each (1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="inference setting, e.g. --set steps=1000")
-    p.add_argument("--out", required=True, help="output directory (history.csv, learning_curve.png)")
-    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a fit")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p.set_defaults(run=_cmd_active_learn)
+    _add_active_learn_parser(sub)
 
-    p = sub.add_parser("bandit", help="a contextual bandit: Thompson sampling on the posterior against greedy agents")
-    p.add_argument("model", nargs="?", default="bnn-regressor", help="the reward model (default bnn-regressor)")
-    p.add_argument("--data", required=True, help="the reward table: the UCI Mushroom file (agaricus-lepiota.data) or "
-                                                 "an .npz with contexts, rewards (and probabilities)")
-    p.add_argument("--agents", default="svi,map:greedy,map:epsilon=0.05",
-                   help="comma-separated METHOD[:thompson|:greedy|:epsilon=P] (default svi,map:greedy,"
-                        "map:epsilon=0.05)")
-    p.add_argument("--interactions", type=int, default=50_000, help="bandit steps (50000)")
-    p.add_argument("--buffer", type=int, default=4096, help="the most recent interactions a refit sees (4096)")
-    p.add_argument("--update-every", type=int, default=1000, help="refit every this many steps, after the "
-                                                                  "doubling from step 16 (1000)")
-    p.add_argument("--seeds", type=int, default=1, help="runs per agent, seeds --seed, --seed + 1, ... (1)")
-    p.add_argument("--jobs", type=int, default=1, help="runs side by side in this many processes (1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="model option (repeatable)")
-    p.add_argument("--set", action="append", metavar="[METHOD.]KEY=VALUE",
-                   help="refit setting for every agent, or for one method's (svi.samples=100)")
-    p.add_argument("--out", required=True, help="output directory (history.csv, regret.png)")
-    p.add_argument("--force", action="store_true", help="write into an --out directory that holds a run")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p.set_defaults(run=_cmd_bandit)
+    _add_bandit_parser(sub)
 
     _add_compare_parser(sub)
     _add_bench_parser(sub)

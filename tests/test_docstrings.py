@@ -12,6 +12,7 @@ import pyro_bdl
 #: The modules a user reads: each has at least one runnable example.
 DOCUMENTED = [
     "pyro_bdl.posterior.acquisition", "pyro_bdl.workflows.active_learning", "pyro_bdl.workflows.compare",
+    "pyro_bdl.workflows.bandit", "pyro_bdl.data.bandit", "pyro_bdl.data.mushroom", "pyro_bdl.data.reward_files",
     "pyro_bdl.workflows.comparison",
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data.table", "pyro_bdl.fit", "pyro_bdl.prepare", "pyro_bdl.result",
     "pyro_bdl.posterior.diagnostics", "pyro_bdl.inference.diagnose", "pyro_bdl.inference.outputs", "pyro_bdl.inference.callbacks", "pyro_bdl.storage.checkpoint", "pyro_bdl.storage.run_log", "pyro_bdl.inference.parallel.pool", "pyro_bdl.data.embedded", "pyro_bdl.models.bnn", "pyro_bdl.posterior.evaluation",

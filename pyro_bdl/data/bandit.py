@@ -25,14 +25,13 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from pyro_bdl.data.table import DataError
 
-__all__ = ["RewardTable", "load_reward_table"]
+__all__ = ["RewardTable"]
 
 
 @dataclass(frozen=True)
@@ -153,26 +152,3 @@ class RewardTable:
         rows = torch.arange(n).repeat_interleave(self.actions)
         return self.features(rows, torch.arange(self.actions).repeat(n))
 
-
-def load_reward_table(path: str | Path) -> RewardTable:
-    """A reward table from ``path``: an ``.npz`` file with the arrays ``contexts`` (n, d), ``rewards`` (n, A) or
-    (n, A, K) and, with K > 1, ``probabilities`` (n, A, K) (read without unpickling: object arrays are refused);
-    any other file is read as the UCI Mushroom data (:func:`~pyro_bdl.data.mushroom.load_mushroom`)."""
-    path = Path(path)
-    if path.suffix != ".npz":
-        from pyro_bdl.data.mushroom import load_mushroom
-
-        return load_mushroom(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as arrays:
-            found = {k: arrays[k] for k in arrays.files}
-    except ValueError as exc:  # object arrays, or not an npz file
-        raise DataError(f"{path}: not a reward table (.npz of numeric arrays): {exc}") from None
-    missing = [k for k in ("contexts", "rewards") if k not in found]
-    if missing:
-        raise DataError(f"{path}: no array {', '.join(missing)} (it holds {', '.join(found) or 'none'})")
-    probabilities = found.get("probabilities")
-    return RewardTable(path.name, torch.as_tensor(found["contexts"]), torch.as_tensor(found["rewards"]),
-                       None if probabilities is None else torch.as_tensor(probabilities))

@@ -61,7 +61,7 @@ from pyro_bdl.fit import fit
 from pyro_bdl.inference import METHODS
 from pyro_bdl.inference.base import ConvergenceWarning
 from pyro_bdl.inference.parallel.pool import run_jobs
-from pyro_bdl.registry import ModelSpec, resolve, spec_of
+from pyro_bdl.registry import ModelSpec, list_models, resolve, spec_of
 from pyro_bdl.storage.checkpoint import fingerprint
 from pyro_bdl.storage.run_log import RunLog
 
@@ -261,8 +261,9 @@ def bandit(model: str | Callable, table: RewardTable, inference: str | Agent = "
 def _check_agent(spec: ModelSpec | None, agent: Agent, options, settings) -> None:
     """The model's task, the method, its settings and the model's options: checked before the first step."""
     if spec is not None and spec.data.task is not Task.REGRESSION:
+        regressors = ", ".join(m.name for m in list_models() if m.data.task is Task.REGRESSION)
         raise ValueError(f"model '{spec.name}' is a {spec.data.task.value} model; a bandit's reward model predicts "
-                         f"a real reward (bnn-regressor, blr, gp, ...)")
+                         f"a real reward (one of {regressors}, or a Pyro program of your own)")
     resolve(spec, agent.inference, settings=settings)
     if spec is not None:
         spec.resolve_options(options)

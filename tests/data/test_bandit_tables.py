@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from pyro_bdl.data.bandit import RewardTable, load_reward_table
+from pyro_bdl.data.bandit import RewardTable
 from pyro_bdl.data.mushroom import load_mushroom
+from pyro_bdl.data.reward_files import load_reward_table
 from pyro_bdl.data.table import DataError
 
 
