@@ -75,6 +75,10 @@ def main(argv=None) -> None:
                              checkpoint=out / "checkpoint-{agent}-{seed}.jsonl")
     seconds = time.perf_counter() - start
     regret = regret_table(history)
+    late = history[history["step"] >= args.interactions - min(10_000, args.interactions // 2)]
+    mistakes = history.assign(poisonous_eaten=history["regret"] == 15.0, edible_passed=history["regret"] == 5.0)
+    counts = mistakes.groupby("agent", sort=False)[["poisonous_eaten", "edible_passed"]].sum() / len(args.seeds)
+    tail = late.groupby("agent", sort=False)["regret"].sum() / len(args.seeds)
     thinned = history[(history["step"] + 1) % args.every == 0][["agent", "seed", "step", "cumulative_regret"]]
     atomic_write_text(out / "regret.csv", thinned.to_csv(index=False))
     import matplotlib
@@ -94,7 +98,11 @@ def main(argv=None) -> None:
             f"{args.steps} optimiser steps on minibatches of {args.batch_size} and {args.samples} draws a refit, "
             f"refits doubling from step 16 up to "
             f"{args.update_every}, then every {args.update_every}.\n\n"
-            + markdown(regret) + "\n")
+            + markdown(regret) + "\n\nPer agent, mean over seeds: regret in the last "
+            f"{late['step'].nunique()} steps, and the mistakes (a poisonous mushroom eaten: regret 15; an edible one "
+            "passed: 5):\n\n| agent | late regret | poisonous eaten | edible passed |\n|---|---|---|---|\n"
+            + "\n".join(f"| {a} | {tail[a]:.0f} | {counts.loc[a, 'poisonous_eaten']:.0f} | "
+                        f"{counts.loc[a, 'edible_passed']:.0f} |" for a in tail.index) + "\n")
     atomic_write_text(out / "regret.md", text)
     print(text)
 

@@ -98,8 +98,12 @@ def choose(train, args) -> dict:
     """Each prior's setting, chosen by validation error on the first net."""
     fitting, validation = split_dataset(train, args.validation / len(train), seed=1, stratify=True)
     width, chosen, lines = args.nets[0], {}, []
+    given = {"normal": args.normal_scale, "scale-mixture": args.mixture}
     for prior, candidates in (("normal", NORMAL_SCALES), ("scale-mixture", MIXTURES)):
         if prior not in args.priors:
+            continue
+        if given[prior] is not None:  # chosen before (on another net): no grid
+            chosen[prior] = given[prior]
             continue
         scores = []
         for setting in candidates:
@@ -127,6 +131,9 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=20, help="posterior draws of each fit")
     parser.add_argument("--fractions", type=lambda t: [float(v) for v in t.split(",")], default=[0, 0.5, 0.75, 0.95,
                                                                                                   0.98])
+    parser.add_argument("--normal-scale", type=float, help="the normal prior's s, chosen before (skips its grid)")
+    parser.add_argument("--mixture", type=lambda t: tuple(float(v) for v in t.split(",")),
+                        help="the mixture's pi,sigma1,sigma2, chosen before (skips its grid)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
