@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pyro_bdl.data.mushroom import load_mushroom
@@ -41,7 +42,8 @@ def markdown(regret) -> str:
     lines = ["| agent | steps | cumulative regret (mean +- s.e.) | " + " | ".join(seeds) + " |",
              "|---|---|---|" + "---|" * len(seeds)]
     for agent, row in regret.iterrows():
-        lines.append(f"| {agent} | {int(row['steps'])} | {row['mean']:.0f} +- {row['se']:.0f} | "
+        se = "" if np.isnan(row["se"]) else f" +- {row['se']:.0f}"
+        lines.append(f"| {agent} | {int(row['steps'])} | {row['mean']:.0f}{se} | "
                      + " | ".join(f"{row[s]:.0f}" for s in seeds) + " |")
     return "\n".join(lines)
 
@@ -58,6 +60,8 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden", default="100,100")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--set", action="append", metavar="METHOD.KEY=VALUE",
+                        help="a setting of one method's refits, e.g. laplace-ggn.subset=last-layer")
     parser.add_argument("--every", type=int, default=500, help="steps between the rows of regret.csv")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -66,12 +70,19 @@ def main(argv=None) -> None:
     table = load_mushroom(args.data)
     hidden = tuple(int(h) for h in args.hidden.split(","))
     agents = [Agent.parse(a) for a in args.agents.split(",")]
-    agents = [a if METHODS[a.inference].point_estimate else Agent(a.inference, a.policy, a.epsilon,
-                                                                  {"samples": args.samples}) for a in agents]
+    extra = {}
+    for item in args.set or []:  # METHOD.KEY=VALUE
+        key, _, value = item.partition("=")
+        method, _, name = key.partition(".")
+        extra.setdefault(method, {})[name] = value
+    agents = [Agent(a.inference, a.policy, a.epsilon,
+                    {**({"samples": args.samples} if "samples" in METHODS[a.inference].defaults else {}),
+                     **({"batch_size": args.batch_size} if "batch_size" in METHODS[a.inference].defaults else {}),
+                     **extra.get(a.inference, {})}) for a in agents]
     start = time.perf_counter()
     history = compare_agents("bnn-regressor", table, agents, seeds=args.seeds, workers=args.jobs,
                              progress=args.jobs == 1, interactions=args.interactions, update_every=args.update_every,
-                             options={"hidden": hidden}, steps=args.steps, batch_size=args.batch_size,
+                             options={"hidden": hidden}, steps=args.steps,
                              checkpoint=out / "checkpoint-{agent}-{seed}.jsonl")
     seconds = time.perf_counter() - start
     regret = regret_table(history)
