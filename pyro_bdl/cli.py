@@ -262,10 +262,14 @@ def _cmd_bandit(args) -> None:
     agents = [Agent.parse(a) for a in args.agents.split(",") if a.strip()]
     agents = [Agent(a.inference, a.policy, a.epsilon, per_method.get(a.inference, {})) for a in agents]
     table = load_reward_table(args.data)
-    history = compare_agents(spec.name, table, agents, seeds=range(args.seed, args.seed + args.seeds),
-                             workers=args.jobs, progress=not args.no_progress, interactions=args.interactions,
-                             buffer=args.buffer, update_every=args.update_every, options=options,
-                             checkpoint=out / "checkpoint-{agent}-{seed}.jsonl", **common)
+    try:
+        history = compare_agents(spec.name, table, agents, seeds=range(args.seed, args.seed + args.seeds),
+                                 workers=args.jobs, progress=not args.no_progress, interactions=args.interactions,
+                                 buffer=args.buffer, update_every=args.update_every, options=options,
+                                 checkpoint=out / "checkpoint-{agent}-{seed}.jsonl", **common)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"the finished blocks of steps are kept in {out}/checkpoint-*.jsonl; the same "
+                                "command resumes from them") from None
     atomic_write_text(out / "history.csv", history.to_csv(index=False))
     import matplotlib.pyplot as plt
 

@@ -251,3 +251,25 @@ def test_the_command_line_refuses_bad_input_and_writes_nothing(sign, tmp_path, c
     assert main(["bandit", "blr", "--no-progress", *[x for pair in given.items() for x in pair]]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "history.csv").exists() and not list((tmp_path).glob("run/checkpoint-*"))
+
+
+def test_the_command_line_keeps_the_finished_blocks_on_ctrl_c(sign, tmp_path, capsys, monkeypatch):
+    np.savez(tmp_path / "sign.npz", contexts=sign.contexts.numpy(), rewards=sign.rewards.squeeze(-1).numpy())
+    real, calls = bandit_module.fit, []
+
+    def stopping(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bandit_module, "fit", stopping)
+    args = ["bandit", "blr", "--data", str(tmp_path / "sign.npz"), "--agents", "map", "--interactions", "48",
+            "--update-every", "32", "--option", "noise=0.1", "--set", "steps=50", "--no-progress",
+            "--out", str(tmp_path / "run")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(args) == 130
+        assert "the same command resumes" in capsys.readouterr().err
+        assert list((tmp_path / "run").glob("checkpoint-*")) and not (tmp_path / "run" / "history.csv").exists()
+        assert main(args) == 0 and (tmp_path / "run" / "history.csv").exists()
