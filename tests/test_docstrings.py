@@ -17,7 +17,7 @@ DOCUMENTED = [
     "pyro_bdl", "pyro_bdl.registry", "pyro_bdl.data.table", "pyro_bdl.fit", "pyro_bdl.prepare", "pyro_bdl.result",
     "pyro_bdl.posterior.diagnostics", "pyro_bdl.inference.diagnose", "pyro_bdl.inference.outputs", "pyro_bdl.inference.callbacks", "pyro_bdl.storage.checkpoint", "pyro_bdl.storage.run_log", "pyro_bdl.inference.parallel.pool", "pyro_bdl.data.embedded", "pyro_bdl.models.bnn", "pyro_bdl.posterior.evaluation",
     "pyro_bdl.posterior.uncertainty", "pyro_bdl.bench.gradient_variance", "pyro_bdl.inference.guides",
-    "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.gp", "pyro_bdl.nn.kernels",
+    "pyro_bdl.models.blr", "pyro_bdl.models.coin", "pyro_bdl.models.gp.model", "pyro_bdl.models.gp.sizes", "pyro_bdl.nn.kernels",
     "pyro_bdl.nn.gaussian_process", "pyro_bdl.nn.sparse_gp", "pyro_bdl.nn.gp_hyperparameters", "pyro_bdl.models.gp_classifier", "pyro_bdl.models.last_layer.model",
     "pyro_bdl.inference.compiled_elbo", "pyro_bdl.inference.local_reparam", "pyro_bdl.inference.natural_gradient", "pyro_bdl.nn.log_uniform", "pyro_bdl.models.sparse_vd.pruning",
     "pyro_bdl.models.sparse_vd.model", "pyro_bdl.inference.optim", "pyro_bdl.cli",
@@ -52,7 +52,7 @@ INTERNAL = [
     "pyro_bdl.inference.mcmc.hmc", "pyro_bdl.inference.mcmc.adaptation", "pyro_bdl.inference.mcmc.dynamics",
     "pyro_bdl.inference.mcmc.draws",
     "pyro_bdl.data", "pyro_bdl.storage", "pyro_bdl.nn", "pyro_bdl.posterior", "pyro_bdl.bench",
-    "pyro_bdl.models.adaptive_depth", "pyro_bdl.models.last_layer", "pyro_bdl.models.sparse_vd",
+    "pyro_bdl.models.adaptive_depth", "pyro_bdl.models.last_layer", "pyro_bdl.models.sparse_vd", "pyro_bdl.models.gp",
     "pyro_bdl.inference.parallel",
 ]
 #: Modules whose examples run fits short enough that the diagnostics say so (as a user would see).

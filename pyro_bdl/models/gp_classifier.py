@@ -38,7 +38,7 @@ import torch
 from pyro_bdl.data.table import check_has_features
 from pyro_bdl.inference import Domain
 from pyro_bdl.inference.base import as_flag
-from pyro_bdl.models.gp import INDUCING_POINTS
+from pyro_bdl.models.gp.sizes import INDUCING_POINTS
 from pyro_bdl.models.networks import check_labels, num_classes as classes_of_labels
 from pyro_bdl.nn.gp_hyperparameters import fixed_option, kernel_option, parse_fixed, rows_batch, sample_hyperparameters
 from pyro_bdl.nn.kernels import parse_kernel

@@ -1,5 +1,5 @@
 r"""The hyperparameters of a Gaussian process: their weakly informative priors in the training data's own units
-(the formulas in :mod:`pyro_bdl.models.gp`'s docstring), the fixed values a user gives (``"lengthscale=0.5,
+(the formulas in :mod:`pyro_bdl.models.gp.model`'s docstring), the fixed values a user gives (``"lengthscale=0.5,
 noise=0.1"``), their sample sites, and the option readers that refuse a bad kernel or value when an option is read.
 
 Example

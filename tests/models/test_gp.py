@@ -19,7 +19,8 @@ from sklearn.gaussian_process import kernels as sk
 from support.posterior_checks import check_means, check_sds
 
 import pyro_bdl
-from pyro_bdl.models.gp import EXACT_MAX_ROWS, gp
+from pyro_bdl.models.gp.model import gp
+from pyro_bdl.models.gp.sizes import EXACT_MAX_ROWS
 from pyro_bdl.nn.gaussian_process import SingularKernelError, stable_cholesky
 from pyro_bdl.nn.kernels import parse_kernel
 

@@ -17,8 +17,9 @@ from pyro import poutine
 
 import pyro_bdl
 from pyro_bdl.data.table import Dataset
-from pyro_bdl.models.gp import (AUTO_COLLAPSED_ROWS, AUTO_EXACT_ROWS, ApproximationNote, check_method,
-                                choose_approximation, gp)
+from pyro_bdl.models.gp.model import gp
+from pyro_bdl.models.gp.sizes import (AUTO_COLLAPSED_ROWS, AUTO_EXACT_ROWS, ApproximationNote, check_method,
+                                      choose_approximation)
 from pyro_bdl.nn.kernels import parse_kernel
 from pyro_bdl.nn.sparse_gp import (INDUCING_JITTER, CollapsedBound, ExpectedLogLikelihood, collapsed_predictive_moments,
                                    inducing_start, latent_class_probabilities, whitened_projection)
