@@ -205,13 +205,44 @@ def _cmd_predict(args) -> None:
     print(f"wrote {len(table)} predictions ({', '.join(table.columns)}) to {args.out}")
 
 
-def _cmd_active_learn(args) -> None:
-    spec = get_model(args.model)
+def _run_folder(args, what: str) -> Path:
+    """``--out`` for a workflow's run: refused if it holds a fit, or a finished run (its ``history.csv``) unless
+    ``--force``; its checkpoints of an unfinished run are what the same command resumes from."""
     check_out_dir(args.out, force=args.force)
     out = Path(args.out)
     if (out / "history.csv").exists() and not args.force:
-        raise OutputPathError(f"--out {out}: already holds an active-learning run (history.csv); choose another "
-                              "directory, or pass --force to replace it")
+        raise OutputPathError(f"--out {out}: already holds {what} (history.csv); choose another directory, or pass "
+                              "--force to replace it")
+    return out
+
+
+def _write_figure(ax, path: Path) -> None:
+    """The axes' figure written to ``path`` as a PNG (all or nothing), then closed."""
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda where: ax.figure.savefig(where, format="png", dpi=120, bbox_inches="tight"))
+    plt.close(ax.figure)
+
+
+def _method_settings(items, require_method: bool) -> tuple[dict, dict]:
+    """``--set`` as (settings for every method, {method: its own}): ``KEY=VALUE`` or ``METHOD.KEY=VALUE``
+    (only the second where ``require_method``)."""
+    common, per_method = {}, {}
+    for key, value in parse_key_values(items, "--set").items():
+        method, sep, name = key.partition(".")
+        if (sep and not name) or (require_method and not sep):
+            raise ValueError(f"--set takes {'' if require_method else 'KEY=VALUE or '}METHOD.KEY=VALUE (e.g. "
+                             f"svi.steps=2000), got {key}={value}")
+        if sep:
+            per_method.setdefault(method, {})[name] = value
+        else:
+            common[key] = value
+    return common, per_method
+
+
+def _cmd_active_learn(args) -> None:
+    spec = get_model(args.model)
+    out = _run_folder(args, "an active-learning run")
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)
     settings = parse_key_values(args.set, "--set")
@@ -229,13 +260,9 @@ def _cmd_active_learn(args) -> None:
         workers=args.jobs, **settings)
     atomic_write_text(out / "history.csv", history.to_csv(index=False))
     metric = "rmse" if regression else "accuracy"
-    import matplotlib.pyplot as plt
-
     ax = plot_learning_curves(history, metric)
     ax.set_title(f"{spec.name} / {args.inference}: {len(test)} test rows")
-    atomic_write(out / "learning_curve.png", lambda path: ax.figure.savefig(path, format="png", dpi=120,
-                                                                            bbox_inches="tight"))
-    plt.close(ax.figure)
+    _write_figure(ax, out / "learning_curve.png")
     last = history[history["round"] == history["round"].max()].groupby("acquisition", sort=False)[metric]
     for name, values in last:
         print(f"{name}: {metric} {values.mean():.4g} (over {len(values)} seeds) at {int(history['labelled'].max())} "
@@ -246,19 +273,10 @@ def _cmd_active_learn(args) -> None:
 def _cmd_bandit(args) -> None:
     """Run every agent of ``--agents`` on the reward table of ``--data`` (:mod:`pyro_bdl.workflows.bandit`)."""
     spec = get_model(args.model)
-    check_out_dir(args.out, force=args.force)
-    out = Path(args.out)
-    if (out / "history.csv").exists() and not args.force:
-        raise OutputPathError(f"--out {out}: already holds a bandit run (history.csv); choose another directory, "
-                              "or pass --force to replace it")
+    out = _run_folder(args, "a bandit run")
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)
-    common, per_method = {}, {}
-    for key, value in parse_key_values(args.set, "--set").items():
-        method, sep, name = key.partition(".")
-        if sep and not name:
-            raise ValueError(f"--set takes KEY=VALUE or METHOD.KEY=VALUE (e.g. svi.samples=100), got {key}={value}")
-        (per_method.setdefault(method, {}).__setitem__(name, value) if sep else common.__setitem__(key, value))
+    common, per_method = _method_settings(args.set, require_method=False)
     agents = [Agent.parse(a) for a in args.agents.split(",") if a.strip()]
     agents = [Agent(a.inference, a.policy, a.epsilon, per_method.get(a.inference, {})) for a in agents]
     table = load_reward_table(args.data)
@@ -271,12 +289,9 @@ def _cmd_bandit(args) -> None:
         raise KeyboardInterrupt(f"the finished blocks of steps are kept in {out}/checkpoint-*.jsonl; the same "
                                 "command resumes from them") from None
     atomic_write_text(out / "history.csv", history.to_csv(index=False))
-    import matplotlib.pyplot as plt
-
     ax = plot_regret(history)
     ax.set_title(f"{table.name}: {spec.name}, {args.interactions} steps")
-    atomic_write(out / "regret.png", lambda path: ax.figure.savefig(path, format="png", dpi=120, bbox_inches="tight"))
-    plt.close(ax.figure)
+    _write_figure(ax, out / "regret.png")
     for agent, row in regret_table(history).iterrows():
         print(f"{agent}: cumulative regret {row['mean']:.4g} (over {args.seeds} seed(s)) after {int(row['steps'])} "
               f"steps")
@@ -290,12 +305,7 @@ def _cmd_compare(args) -> None:
     options = parse_key_values(args.option, "--option")
     spec.resolve_options(options)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    settings = {}
-    for key, value in parse_key_values(args.set, "--set").items():
-        method, sep, name = key.partition(".")
-        if not sep or not name:
-            raise ValueError(f"--set takes METHOD.KEY=VALUE (e.g. svi.steps=2000), got {key}={value}")
-        settings.setdefault(method, {})[name] = value
+    _, settings = _method_settings(args.set, require_method=True)
     dataset = spec.load_data(args.data or spec.default_data, args.target)
     test = None
     if args.test_fraction:

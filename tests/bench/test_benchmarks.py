@@ -298,20 +298,24 @@ def _write_idx(path, array) -> None:
         f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
+def _write_blob_mnist(folder, rows: int) -> None:
+    """``rows`` made-up 28x28 images in MNIST's IDX files in ``folder``: 10 classes, each a class-dependent bright
+    blob on noise, so that there is something to learn."""
+    rng = np.random.default_rng(0)
+    labels = np.arange(rows) % 10
+    images = rng.integers(0, 60, size=(rows, 28, 28))
+    for i, label in enumerate(labels):
+        images[i, 2 * label:2 * label + 8, 4:20] = 255
+    folder.mkdir()
+    _write_idx(folder / "t10k-images-idx3-ubyte.gz", images)
+    _write_idx(folder / "t10k-labels-idx1-ubyte.gz", labels)
+
+
 @pytest.mark.slow
 def test_sparse_vd_benchmark_prints_a_line_per_net_and_the_ratios(tmp_path):
     """benchmarks/sparse_vd.py on 200 made-up 28x28 images (10 classes, a class-dependent blob so that there
     is something to learn), one epoch: a line per net, the ratio lines, the paper's reference."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    labels = np.arange(200) % 10
-    images = rng.integers(0, 60, size=(200, 28, 28))
-    for i, label in enumerate(labels):
-        images[i, 2 * label:2 * label + 8, 4:20] = 255
-    (tmp_path / "mnist").mkdir()
-    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", images)
-    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", labels)
+    _write_blob_mnist(tmp_path / "mnist", 200)
     out = run_script("benchmarks/sparse_vd.py", "--data", str(tmp_path / "mnist"), "--epochs", "2", "--hidden", "20,10",
                      "--batch-size", "50", "--samples", "5", "--timing-rounds", "1", "--timing-epochs", "1", cwd=tmp_path)
     assert "160 train / 40 test" in out, out
@@ -686,14 +690,7 @@ def test_bbb_mnist_chooses_the_priors_and_prunes_by_signal_to_noise(tmp_path, mo
     """benchmarks/bbb_mnist.py on 300 made-up 28x28 images: the validation table, a row per net and prior with an
     error per pruned fraction, the figure; and its pruning zeroes the requested share of the entries, those of
     lowest |mu| / sigma."""
-    rng = np.random.default_rng(0)
-    labels = np.arange(300) % 10
-    images = rng.integers(0, 60, size=(300, 28, 28))
-    for i, label in enumerate(labels):
-        images[i, 2 * label:2 * label + 8, 4:20] = 255
-    (tmp_path / "mnist").mkdir()
-    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", images)
-    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", labels)
+    _write_blob_mnist(tmp_path / "mnist", 300)
     out = run_script("benchmarks/bbb_mnist.py", "--data", str(tmp_path / "mnist"), "--nets", "16", "--epochs", "2",
                      "--grid-epochs", "1", "--validation", "40", "--batch-size", "60", "--samples", "4",
                      "--out", str(tmp_path / "out"), cwd=tmp_path)
