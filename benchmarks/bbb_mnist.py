@@ -25,7 +25,6 @@ log10 |mu| / sigma per prior, and the error against the fraction pruned) to ``--
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import math
 import os
@@ -40,7 +39,7 @@ import torch
 
 import pyro_bdl
 from pyro_bdl.data.embedded import split_dataset
-from pyro_bdl.models.sparse_vd.pruning import normal_factors, prune
+from pyro_bdl.models.sparse_vd.pruning import normal_factors, prune, with_draws
 from pyro_bdl.posterior.evaluation import evaluate_fit
 from pyro_bdl.storage.files import atomic_write, atomic_write_text
 from sparse_vd import load_mnist  # the same IDX reader and 8k/2k split as the sparse-VD benchmark
@@ -84,14 +83,11 @@ def pruned(fit, snr: dict, fraction: float):
     """The fit with the ``fraction`` of entries of lowest signal-to-noise ratio zeroed in every draw."""
     if fraction <= 0:
         return fit
-    every = torch.cat([v.flatten() for v in snr.values()])
-    threshold = float(torch.quantile(every.double(), fraction)) if every.numel() < 2 ** 24 else \
-        float(every.kthvalue(max(1, int(fraction * every.numel()))).values)
+    every = torch.cat([v.flatten() for v in snr.values()]).sort().values
+    k = round(fraction * len(every))  # the k lowest entries go: those below the (k+1)-th
+    threshold = float(every[k]) if k < len(every) else math.inf
     noise = {name: -v for name, v in snr.items()}  # prune() zeroes the entries above its threshold
-    out = dataclasses.replace(fit, samples=prune(fit.samples, noise, -threshold), report={})
-    for cached in ("training_predictive", "_idata"):
-        out.__dict__.pop(cached, None)
-    return out
+    return with_draws(fit, prune(fit.samples, noise, -threshold))
 
 
 def choose(train, args) -> dict:

@@ -63,9 +63,8 @@ def init_network(site):
         s = float(base.scale.flatten()[0]) * (math.sqrt(value.shape[-1]) if name.endswith(".weight") else 1.0)
         value = value * min(1.0, INIT_PRIOR_SCALE / s)
     elif name.startswith("layer") and isinstance(base, ScaleMixtureNormal):
-        # the scale mixture is not scaled by fan-in: half its draws at sigma1 = 1 put a 784-input layer's
-        # pre-activations at sd ~20 (MNIST validation error 11-16 % after 30 epochs). Start as the normal prior
-        # does at its capped scale: weights sd INIT_PRIOR_SCALE / sqrt(fan_in), biases sd min(sigma1, cap).
+        # the scale mixture is not scaled by fan-in, so a draw from it starts a wide layer far from any fit: start as
+        # the normal prior does at its capped scale (RESULTS.md, "Bayes by Backprop on MNIST as the paper ran it")
         fan_in = value.shape[-1] if name.endswith(".weight") else 1
         sd = INIT_PRIOR_SCALE / math.sqrt(fan_in) if name.endswith(".weight") else min(base.sigma1, INIT_PRIOR_SCALE)
         value = torch.randn_like(value) * sd

@@ -42,6 +42,7 @@ Example
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -70,9 +71,9 @@ __all__ = ["Agent", "BanditResult", "bandit", "compare_agents", "update_steps", 
 
 #: How an agent acts on its fit.
 POLICIES = ("thompson", "greedy")
-#: The interactions a refit sees, the most recent ones (None: every one so far).  Not 4,096 as Blundell et al.
-#: (2015), who kept training one net: a fresh refit on the last 4,096 forgets what the agent no longer does (on the
-#: mushrooms, that eating a poisonous one costs), and its regret grew again after 10,000 steps (RESULTS.md).
+#: The interactions a refit sees, the most recent ones (None: every one so far). Not Blundell et al.'s 4,096: a
+#: fresh refit on a short buffer forgets what the agent no longer does (RESULTS.md, "Thompson sampling on the
+#: mushroom bandit").
 BUFFER = None
 
 
@@ -226,7 +227,7 @@ def bandit(model: str | Callable, table: RewardTable, inference: str | Agent = "
         settings=[agent.inference, agent.policy, agent.epsilon, interactions, buffer, first_update, update_every, seed,
                   options, settings]))
     standardize_on = table.every_pair() if spec is not None else None
-    blocks, updates, last = list(log.records), [], None
+    blocks, last = list(log.records), None
     bar = tqdm(total=interactions, initial=sum(len(b["rows"]) for b in blocks), desc=f"bandit ({agent.label})",
                disable=not progress)
     for b in range(len(blocks), len(boundaries) - 1):
@@ -335,7 +336,7 @@ def compare_agents(model, table: RewardTable, agents: Sequence[str | Agent] = ("
     spec = spec_of(model)
     for agent in parsed:
         _check_agent(spec, agent, kwargs.get("options"),
-                     {**{k: v for k, v in kwargs.items() if k not in _RUN_ARGUMENTS}, **agent.settings})
+                     {**{k: v for k, v in kwargs.items() if k not in _run_arguments()}, **agent.settings})
     labels = [a.label for a in parsed]
     if len(set(labels)) != len(labels):
         raise ValueError(f"agents must differ, got {labels}")
@@ -355,9 +356,11 @@ def compare_agents(model, table: RewardTable, agents: Sequence[str | Agent] = ("
     return pd.concat([done[labels[k], seed] for k, seed in jobs], ignore_index=True)
 
 
-#: bandit()'s own keyword arguments (the rest of compare_agents's are the methods' settings).
-_RUN_ARGUMENTS = ("interactions", "buffer", "first_update", "update_every", "checkpoint", "options", "policy",
-                  "epsilon")
+
+
+def _run_arguments() -> set:
+    """bandit()'s own keyword arguments: the rest of compare_agents's are the methods' settings."""
+    return {name for name, p in inspect.signature(bandit).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
 def regret_table(history: pd.DataFrame) -> pd.DataFrame:
@@ -384,7 +387,8 @@ def plot_regret(history: pd.DataFrame, ax=None, log: bool = False):
         every = max(1, len(curves) // 2000)  # a few thousand points draw the same line
         curves = curves.iloc[::every]
         line, = ax.plot(curves.index, curves.mean(axis=1), label=f"{name} ({curves.shape[1]} seeds)")
-        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=line.get_color(), alpha=0.2,
+                        linewidth=0)
     ax.set_xlabel("step")
     ax.set_ylabel("cumulative expected regret")
     if log:

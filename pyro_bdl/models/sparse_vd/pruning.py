@@ -37,7 +37,7 @@ from pyro_bdl.nn.log_uniform import log_alpha
 from pyro_bdl.registry import PostFit
 
 __all__ = ["pruning_hooks", "PREFIX", "normal_factors", "factor_params", "factors_from_params", "log_alphas", "prune", "kept_summary",
-           "dense_result", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]
+           "dense_result", "with_draws", "training_quality", "plot_log_alpha", "plot_first_layer", "image_side"]
 
 
 #: The fit keeps each pruned site's Normal factor in its learned parameters (``params.pt``) under these names
@@ -104,8 +104,6 @@ def dense_result(result, samples: int | None = None):
     its Normal factors, :data:`PREFIX`) with ``samples`` new draws (default: as many as it has) of every
     factor, nothing zeroed.  ``dense_result(fit).predict(X)`` is the dense network's prediction,
     ``fit.predict(X)`` the pruned one's."""
-    import dataclasses
-
     factors = factors_from_params(result.params)
     if not factors:
         raise ValueError("this fit keeps no Normal posterior factors to draw the dense network from (fitted by a "
@@ -114,7 +112,16 @@ def dense_result(result, samples: int | None = None):
     draws = dict(result.samples)
     for name, (loc, scale) in factors.items():
         draws[name] = (loc + scale * torch.randn((num,) + tuple(loc.shape), dtype=loc.dtype, device=loc.device)).unsqueeze(0)
-    out = dataclasses.replace(result, samples=draws, report={})
+    return with_draws(result, draws)
+
+
+def with_draws(result, samples: dict):
+    """A copy of ``result`` (a :class:`~pyro_bdl.result.FitResult`) whose posterior draws are ``samples`` (site ->
+    (chains, draws, *shape)), with nothing cached from the old ones (its training predictive, its InferenceData)
+    and no report of them."""
+    import dataclasses
+
+    out = dataclasses.replace(result, samples=samples, report={})
     for cached in ("training_predictive", "_idata"):
         out.__dict__.pop(cached, None)
     return out
